@@ -1,0 +1,56 @@
+# airflow-cdc developer commands. `make test` and `make demo` do all set-up themselves.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.setup-done
+SYSTEM_JARS := /usr/share/java/jarjar.jar /usr/share/java/postgresql.jar /usr/share/java/sqlite-jdbc.jar
+export AIRFLOW_HOME ?= $(CURDIR)/.airflow
+export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
+
+.PHONY: setup test demo bench services system-packages constraints clean
+
+## setup: venv with the pinned constraints, the package (editable), Debian jars, Iceberg jars.
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt | system-packages
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
+	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
+	$(PY) -m airflow_cdc.spark.iceberg
+	touch $@
+
+## system-packages: Java jars from Debian (jarjar for offline Iceberg, JDBC drivers).
+system-packages:
+	@command -v java >/dev/null || { echo "java is missing: install a JDK 17 (Debian: openjdk-17-jre-headless)"; exit 1; }
+	@missing=0; for jar in $(SYSTEM_JARS); do [ -f $$jar ] || missing=1; done; \
+	if [ $$missing = 1 ]; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && \
+	  $$SUDO apt-get install -y -qq libjarjar-java libpostgresql-jdbc-java libxerial-sqlite-jdbc-java; \
+	fi
+
+## services: PostgreSQL on 127.0.0.1 (state store tests run on it); started when down.
+services:
+	@bash .ci/ensure-postgres
+
+## test: the whole suite (set-up first when needed).
+test: setup services
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+## demo: the main pipeline end to end on embedded defaults.
+demo: setup
+	@if [ -f scripts/demo.py ]; then $(PY) scripts/demo.py; \
+	else echo "demo: no pipeline exists yet (the Spanner change streams pipeline brings it)"; fi
+
+## bench: benchmarks (ratios against a baseline measured in the same run).
+bench: setup
+	@for b in bench/*.py; do [ -f "$$b" ] && $(PY) "$$b"; done; true
+
+## constraints: regenerate constraints.txt from the current venv (keeps the header).
+constraints:
+	{ sed '/^[^#]/,$$d' constraints.txt; $(PY) -m pip freeze --exclude-editable | grep -viE '^(airflow-cdc|-e )' | sort -f; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+
+clean:
+	rm -rf $(VENV) .airflow .pytest_cache

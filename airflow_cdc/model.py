@@ -1,0 +1,356 @@
+"""The values every layer shares: windows, change rows, partitions and their outcomes.
+
+Pure Python on purpose (no Airflow, no pyspark): Spark executors import this module on
+machines without Airflow, and DAG parsing imports it without starting a JVM.
+
+Timestamps are timezone-aware UTC ``datetime`` values with microsecond precision throughout;
+a naive datetime is refused where it enters, because mixing the two silently shifts windows.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import struct
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+UTC = timezone.utc
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+class CdcError(Exception):
+    """Base class of every error airflow-cdc raises on purpose."""
+
+
+class InvalidIdentifierError(CdcError, ValueError):
+    """A name that would be put into SQL or a table name is not a plain identifier."""
+
+
+class ZeroWidthWindowError(CdcError, ValueError):
+    """A window whose start is not before its end (Airflow 3 ``@hourly`` gives such windows)."""
+
+
+def validate_identifier(kind: str, value: object) -> str:
+    """Return ``value`` if it is a plain SQL identifier, else raise naming kind, value and fix.
+
+    Called before any SQL or table name is built from user input.
+    """
+    if not isinstance(value, str) or not _IDENTIFIER.match(value):
+        raise InvalidIdentifierError(
+            f"{kind} {value!r} is not an identifier: use letters, digits and _ "
+            f"(at most 128, not starting with a digit)"
+        )
+    return value
+
+
+def ensure_utc(name: str, value: datetime) -> datetime:
+    """Return ``value`` converted to UTC; refuse naive datetimes with a clear message."""
+    if not isinstance(value, datetime):
+        raise TypeError(f"{name} must be a datetime, got {type(value).__name__}: {value!r}")
+    if value.tzinfo is None or value.tzinfo.utcoffset(value) is None:
+        raise ValueError(
+            f"{name} {value.isoformat()} has no time zone: pass an aware datetime "
+            f"(for example datetime(..., tzinfo=timezone.utc))"
+        )
+    return value.astimezone(UTC)
+
+
+def format_ts(value: datetime) -> str:
+    """ISO-8601 UTC with microseconds and a Z suffix: sorts like the instant it names."""
+    return ensure_utc("timestamp", value).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_ts(text: str) -> datetime:
+    """Inverse of :func:`format_ts`; also accepts any ISO-8601 text with an offset."""
+    value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return ensure_utc("timestamp", value)
+
+
+class Op(str, enum.Enum):
+    """What happened to a row. READ marks rows of a snapshot (backfill), not changes."""
+
+    INSERT = "INSERT"
+    UPDATE = "UPDATE"
+    DELETE = "DELETE"
+    READ = "READ"
+
+
+class Image(str, enum.Enum):
+    """Whether ``new_values`` carries the whole row or only the changed columns.
+
+    Spanner NEW_VALUES and OLD_AND_NEW_VALUES give PARTIAL images; NEW_ROW,
+    NEW_ROW_AND_OLD_VALUES, Datastream and Debezium give FULL ones.
+    """
+
+    FULL = "FULL"
+    PARTIAL = "PARTIAL"
+
+
+class WindowState(str, enum.Enum):
+    PLANNED = "PLANNED"
+    EXTRACTED = "EXTRACTED"
+    COMMITTED = "COMMITTED"
+    APPLIED = "APPLIED"
+    COMPLETE = "COMPLETE"
+    FAILED = "FAILED"
+
+
+class PartitionState(str, enum.Enum):
+    CREATED = "CREATED"  # reported by some but not all of its parents
+    READY = "READY"  # every parent reported it: it may be read
+    RUNNING = "RUNNING"  # read in a window and continues in the next
+    FINISHED = "FINISHED"  # the source said it ended (I5)
+
+
+@dataclass(frozen=True)
+class Window:
+    """One half-open window ``[start, end)`` of one stream; one Airflow DAG run owns it."""
+
+    stream_id: str
+    start: datetime
+    end: datetime
+
+    def __post_init__(self) -> None:
+        validate_identifier("stream id", self.stream_id)
+        object.__setattr__(self, "start", ensure_utc("window start", self.start))
+        object.__setattr__(self, "end", ensure_utc("window end", self.end))
+        if self.start >= self.end:
+            raise ZeroWidthWindowError(
+                f"window of stream {self.stream_id!r} is empty: start {format_ts(self.start)} "
+                f"is not before end {format_ts(self.end)}. CDC DAGs need a data interval of "
+                f"non-zero width: schedule them with CronDataIntervalTimetable or "
+                f"DeltaDataIntervalTimetable, not a cron string (Airflow 3 turns '@hourly' "
+                f"into CronTriggerTimetable, whose interval is zero-width)"
+            )
+
+    @property
+    def window_id(self) -> str:
+        """Stable text id, used as the Iceberg snapshot tag and in file names."""
+        return f"{format_ts(self.start)}/{format_ts(self.end)}"
+
+    @property
+    def inclusive_end(self) -> datetime:
+        """The last instant inside the window: sources with inclusive end bounds query to it."""
+        return self.end - timedelta(microseconds=1)
+
+
+@dataclass(frozen=True)
+class ChangeRow:
+    """One changed source row, source-agnostic: one row of a stream's changelog table.
+
+    ``keys``, ``new_values`` and ``old_values`` map column names to JSON-compatible values;
+    ``column_types`` maps column names to the source's type names (for typing targets).
+    ``ordering_key`` is bytes that sort like the source's order for one key
+    (see :func:`encode_ordering_key`).
+    """
+
+    stream: str
+    window_id: str
+    source_table: str
+    op: Op
+    image: Image
+    keys: dict
+    new_values: dict | None
+    old_values: dict | None
+    column_types: dict
+    commit_ts: datetime
+    ordering_key: bytes
+    transaction_id: str | None = None
+    event_id: str | None = None
+    partition_id: str | None = None
+    source_metadata: dict = field(default_factory=dict)
+
+
+# The changelog table's columns, in order, with Iceberg/Spark SQL types. spark_jobs builds
+# its schema from this list, so the Airflow side and the Spark side cannot drift apart.
+CHANGELOG_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("stream", "string"),
+    ("window_id", "string"),
+    ("source_table", "string"),
+    ("op", "string"),
+    ("image", "string"),
+    ("keys_json", "string"),
+    ("new_values_json", "string"),
+    ("old_values_json", "string"),
+    ("column_types_json", "string"),
+    ("commit_ts", "timestamp"),
+    ("ordering_key", "binary"),
+    ("transaction_id", "string"),
+    ("event_id", "string"),
+    ("partition_id", "string"),
+    ("source_metadata_json", "string"),
+)
+CHANGELOG_PARTITIONING = "days(commit_ts)"
+# Snapshot summary property that tags the one changelog commit of a window (I1).
+WINDOW_SNAPSHOT_PROPERTY = "airflow-cdc.window-id"
+
+
+@dataclass(frozen=True)
+class PartitionPosition:
+    """Where a window reads one partition from: recorded at plan time (window_partitions)."""
+
+    partition_id: str
+    start: datetime
+    resume_position: str | None = None
+    parent_ids: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "start", ensure_utc("partition start", self.start))
+        object.__setattr__(self, "parent_ids", tuple(self.parent_ids))
+
+
+@dataclass(frozen=True)
+class ChildPartition:
+    """A partition a parent reported (Spanner child_partitions_record, Bigtable CloseStream)."""
+
+    partition_id: str
+    start: datetime
+    parent_ids: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "start", ensure_utc("child start", self.start))
+        object.__setattr__(self, "parent_ids", tuple(self.parent_ids))
+
+
+@dataclass(frozen=True)
+class PartitionOutcome:
+    """What reading one partition in one window found.
+
+    ``finished`` is set only when the source said the partition ended (I5); otherwise the
+    partition continues in the next window from ``resume_position`` / ``watermark``.
+    """
+
+    partition_id: str
+    finished: bool
+    watermark: datetime
+    records: int = 0
+    resume_position: str | None = None
+    children: tuple[ChildPartition, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "watermark", ensure_utc("partition watermark", self.watermark))
+        object.__setattr__(self, "children", tuple(self.children))
+
+
+# --- ordering keys -------------------------------------------------------------------------
+# A tuple is encoded into bytes whose unsigned lexicographic order equals the tuple's order.
+# Each element carries a one-byte type tag, so None sorts first and types never interleave.
+_TAG_NONE, _TAG_INT, _TAG_BYTES = 0x01, 0x02, 0x03
+
+
+def _escape(raw: bytes) -> bytes:
+    # 0x00 inside the value becomes 0x00 0xFF; the value ends with 0x00 0x01, which sorts
+    # below any continuation, so a prefix sorts before its extensions.
+    return raw.replace(b"\x00", b"\x00\xff") + b"\x00\x01"
+
+
+def encode_ordering_key(*parts: object) -> bytes:
+    """Encode ``parts`` (None, int, str, bytes, aware datetime) as order-preserving bytes.
+
+    ``encode_ordering_key(a...) < encode_ordering_key(b...)`` exactly when the tuple ``a`` is
+    less than ``b``, element by element (datetimes compare as instants, ints as numbers,
+    strings by UTF-8 bytes). Ints must fit in a signed 64-bit integer.
+    """
+    out = bytearray()
+    for part in parts:
+        if part is None:
+            out.append(_TAG_NONE)
+        elif isinstance(part, bool):
+            raise TypeError("booleans are not ordering key parts: use 0 or 1")
+        elif isinstance(part, datetime):
+            delta = ensure_utc("ordering key timestamp", part) - datetime(1970, 1, 1, tzinfo=UTC)
+            micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+            out.append(_TAG_INT)
+            out += struct.pack(">Q", micros + (1 << 63))
+        elif isinstance(part, int):
+            if not -(1 << 63) <= part < (1 << 63):
+                raise OverflowError(f"ordering key integer {part} does not fit in 64 bits")
+            out.append(_TAG_INT)
+            out += struct.pack(">Q", part + (1 << 63))
+        elif isinstance(part, str):
+            out.append(_TAG_BYTES)
+            out += _escape(part.encode("utf-8"))
+        elif isinstance(part, (bytes, bytearray)):
+            out.append(_TAG_BYTES)
+            out += _escape(bytes(part))
+        else:
+            raise TypeError(
+                f"ordering key part {part!r} has type {type(part).__name__}: "
+                f"use None, int, str, bytes or an aware datetime"
+            )
+    return bytes(out)
+
+
+# --- changelog records ---------------------------------------------------------------------
+def change_row_to_record(row: ChangeRow) -> dict:
+    """The changelog table row for ``row``: one value per :data:`CHANGELOG_COLUMNS` entry."""
+    return {
+        "stream": row.stream,
+        "window_id": row.window_id,
+        "source_table": row.source_table,
+        "op": Op(row.op).value,
+        "image": Image(row.image).value,
+        "keys_json": _dumps(row.keys),
+        "new_values_json": None if row.new_values is None else _dumps(row.new_values),
+        "old_values_json": None if row.old_values is None else _dumps(row.old_values),
+        "column_types_json": _dumps(row.column_types),
+        "commit_ts": ensure_utc("commit_ts", row.commit_ts),
+        "ordering_key": bytes(row.ordering_key),
+        "transaction_id": row.transaction_id,
+        "event_id": row.event_id,
+        "partition_id": row.partition_id,
+        "source_metadata_json": _dumps(row.source_metadata),
+    }
+
+
+def change_row_to_json_line(row: ChangeRow) -> str:
+    """One JSON line for hand-over files (plan/outcome/rows files between Airflow and Spark).
+
+    Bytes travel as lowercase hex and timestamps as :func:`format_ts` text.
+    """
+    record = change_row_to_record(row)
+    record["commit_ts"] = format_ts(record["commit_ts"])
+    record["ordering_key"] = record["ordering_key"].hex()
+    return _dumps(record)
+
+
+def change_row_from_json_line(line: str) -> ChangeRow:
+    """Inverse of :func:`change_row_to_json_line`."""
+    import json
+
+    rec = json.loads(line)
+    return ChangeRow(
+        stream=rec["stream"],
+        window_id=rec["window_id"],
+        source_table=rec["source_table"],
+        op=Op(rec["op"]),
+        image=Image(rec["image"]),
+        keys=json.loads(rec["keys_json"]),
+        new_values=None if rec["new_values_json"] is None else json.loads(rec["new_values_json"]),
+        old_values=None if rec["old_values_json"] is None else json.loads(rec["old_values_json"]),
+        column_types=json.loads(rec["column_types_json"]),
+        commit_ts=parse_ts(rec["commit_ts"]),
+        ordering_key=bytes.fromhex(rec["ordering_key"]),
+        transaction_id=rec["transaction_id"],
+        event_id=rec["event_id"],
+        partition_id=rec["partition_id"],
+        source_metadata=json.loads(rec["source_metadata_json"]),
+    )
+
+
+def _dumps(value: object) -> str:
+    import json
+
+    # sort_keys: the same row always gives the same text, so re-runs write identical bytes.
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_json_default)
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, datetime):
+        return format_ts(value)
+    if isinstance(value, (bytes, bytearray)):
+        import base64
+
+        return base64.b64encode(bytes(value)).decode("ascii")
+    raise TypeError(f"value {value!r} of type {type(value).__name__} is not JSON-serializable")

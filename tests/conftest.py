@@ -1,0 +1,47 @@
+"""Fixtures shared by the whole suite.
+
+One SparkSession per test session (a JVM start costs seconds on two cores): tests that need
+Spark take the ``spark`` fixture and keep their tables apart by namespace or table name.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+@pytest.fixture(scope="session")
+def warehouse(tmp_path_factory) -> Path:
+    """The Iceberg warehouse folder of the shared session's ``lake`` catalog."""
+    return tmp_path_factory.mktemp("warehouse")
+
+
+@pytest.fixture(scope="session")
+def iceberg_catalog(warehouse):
+    from airflow_cdc.spark.iceberg import IcebergCatalog
+
+    return IcebergCatalog(name="lake", kind="hadoop", warehouse=str(warehouse))
+
+
+@pytest.fixture(scope="session")
+def spark(iceberg_catalog):
+    """The suite's one SparkSession, with the Hadoop Iceberg catalog ``lake``."""
+    from airflow_cdc.spark.iceberg import local_session
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = local_session(
+        iceberg_catalog,
+        app_name="airflow-cdc-tests",
+        master="local[2]",
+        extra_conf={"spark.default.parallelism": "4", "spark.driver.memory": "2g"},
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
