@@ -1,0 +1,1 @@
+"""Spark entry points and transforms (changelog writer, apply). Never imports Airflow."""

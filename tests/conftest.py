@@ -25,9 +25,15 @@ def warehouse(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def iceberg_catalog(warehouse):
-    from airflow_cdc.spark.iceberg import IcebergCatalog
+    from airflow_cdc.spark.iceberg import JDBC_DRIVER_JARS, IcebergCatalog
 
-    return IcebergCatalog(name="lake", kind="hadoop", warehouse=str(warehouse))
+    # The JDBC drivers ride along so tests can also add a JDBC catalog at run time.
+    return IcebergCatalog(
+        name="lake",
+        kind="hadoop",
+        warehouse=str(warehouse),
+        extra_jars=tuple(str(jar) for jar in JDBC_DRIVER_JARS.values()),
+    )
 
 
 @pytest.fixture(scope="session")

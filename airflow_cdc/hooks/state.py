@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import quote
 
-from airflow.providers.common.compat.sdk import BaseHook
+from airflow.providers.common.compat.sdk import AirflowNotFoundException, BaseHook
 
 DEFAULT_CONN_ID = "cdc_state_default"
 
@@ -56,8 +56,8 @@ class CdcStateHook(BaseHook):
 
         try:
             conn = self.get_connection(self.cdc_state_conn_id)
-        except Exception as exc:  # AirflowNotFoundException on Airflow 2/3
-            if self.cdc_state_conn_id != DEFAULT_CONN_ID or "isn't defined" not in str(exc):
+        except AirflowNotFoundException:
+            if self.cdc_state_conn_id != DEFAULT_CONN_ID:
                 raise
             return StateStore.default_url()
         return url_from_connection(

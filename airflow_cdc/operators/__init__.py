@@ -1,1 +1,1 @@
-"""operators"""
+"""Airflow operators: the tasks of the window protocol (plan, extract, commit, apply)."""

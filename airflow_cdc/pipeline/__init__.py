@@ -1,1 +1,1 @@
-"""pipeline"""
+"""The window protocol, plan -> extract -> commit -> apply -> gate, without Airflow or pyspark."""

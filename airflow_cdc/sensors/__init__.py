@@ -1,1 +1,1 @@
-"""sensors"""
+"""Airflow sensors: the completeness gate of a window."""

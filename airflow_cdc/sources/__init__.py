@@ -1,1 +1,1 @@
-"""sources"""
+"""Source adapters, one package per change source; the only code that knows a wire format."""

@@ -1,1 +1,1 @@
-"""triggers"""
+"""Airflow triggers: deferred waits of the sensors and operators."""

@@ -1,0 +1,1 @@
+CREATE DATABASE cdc_state;
