@@ -1,0 +1,211 @@
+"""Operators of the window protocol that every source shares: extract, commit, apply.
+
+Each DAG run owns one window ``[data_interval_start, data_interval_end)``. The lease owner
+is the DAG run, so a cleared task of the same run continues its own window, while a second
+run of the same interval cannot commit it too (I6). Operators are thin: the protocol lives
+in :mod:`airflow_cdc.pipeline`, Spark work in ``spark_jobs``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.common.compat.sdk import AirflowFailException, BaseOperator
+
+from airflow_cdc.hooks.state import DEFAULT_CONN_ID, CdcStateHook
+from airflow_cdc.model import Window, ZeroWidthWindowError, format_ts
+from airflow_cdc.pipeline.protocol import StreamConfig, commit_window
+from airflow_cdc.spark.iceberg import IcebergCatalog
+
+DEFAULT_LEASE_SECONDS = 2 * 3600
+
+
+def default_work_root() -> str:
+    """Where plan and outcome files live: ``$AIRFLOW_CDC_WORK_ROOT`` or AIRFLOW_HOME/cdc_work."""
+    configured = os.environ.get("AIRFLOW_CDC_WORK_ROOT")
+    if configured:
+        return configured
+    home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
+    return str(Path(home) / "cdc_work")
+
+
+def window_from_context(stream_id: str, context: Mapping[str, Any]) -> Window:
+    """The DAG run's window; a zero-width data interval is refused with the fix."""
+    start, end = context.get("data_interval_start"), context.get("data_interval_end")
+    if start is None or end is None:
+        raise AirflowFailException(
+            f"stream {stream_id!r}: this DAG run has no data interval; CDC pipelines need one: "
+            f"schedule the DAG with CronDataIntervalTimetable or DeltaDataIntervalTimetable"
+        )
+    try:
+        return Window(stream_id, start, end)
+    except ZeroWidthWindowError as error:
+        raise AirflowFailException(str(error)) from error
+
+
+def run_owner(context: Mapping[str, Any]) -> str:
+    """The lease owner: one DAG run."""
+    return f"{context['dag'].dag_id}/{context['run_id']}"
+
+
+class CdcWindowOperator(BaseOperator):
+    """Base of the protocol's operators: stream, state store, catalog, work folder."""
+
+    ui_color = "#e8f4fd"
+
+    def __init__(
+        self,
+        *,
+        stream: StreamConfig,
+        catalog: IcebergCatalog | None = None,
+        cdc_state_conn_id: str = DEFAULT_CONN_ID,
+        lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.stream = stream
+        self.catalog = catalog
+        self.cdc_state_conn_id = cdc_state_conn_id
+        self.lease_seconds = lease_seconds
+
+    @property
+    def stream_config(self) -> StreamConfig:
+        if self.stream.work_root:
+            return self.stream
+        from dataclasses import replace
+
+        return replace(self.stream, work_root=default_work_root())
+
+    @property
+    def iceberg_catalog(self) -> IcebergCatalog:
+        return self.catalog or IcebergCatalog()
+
+    def state_store(self):
+        return CdcStateHook(cdc_state_conn_id=self.cdc_state_conn_id).get_store()
+
+    def window(self, context) -> Window:
+        return window_from_context(self.stream.stream_id, context)
+
+
+class CdcSparkOperator(CdcWindowOperator):
+    """A protocol step that runs a Spark job through a runner.
+
+    ``spark_conn_id`` None runs ``spark-submit --master local[*]`` on the worker; a Spark
+    connection id runs through the Spark provider's SparkSubmitHook (standalone, YARN, k8s).
+    """
+
+    def __init__(
+        self,
+        *,
+        spark_conn_id: str | None = None,
+        spark_conf: Mapping[str, str] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.spark_conn_id = spark_conn_id
+        self.spark_conf = dict(spark_conf or {})
+        self._runner = None
+
+    def runner(self):
+        from airflow_cdc.spark.runners import LocalSparkRunner, SparkSubmitHookRunner
+
+        if self.spark_conn_id:
+            return SparkSubmitHookRunner(conn_id=self.spark_conn_id)
+        return LocalSparkRunner(master="local[*]")
+
+    def run_job(self, spec) -> None:
+        self._runner = self.runner()
+        try:
+            self._runner.run(spec)
+        finally:
+            self._runner = None
+
+    def on_kill(self) -> None:
+        if self._runner is not None:
+            self._runner.kill()
+
+
+class CdcExtractOperator(CdcSparkOperator):
+    """Step 2: the extract Spark job reads the planned partitions into the changelog."""
+
+    def source_overrides(self, context) -> dict:
+        """Short-lived secrets the job needs (written to a 0600 file, removed afterwards)."""
+        return {}
+
+    def execute(self, context) -> dict:
+        from airflow_cdc.pipeline.files import write_private
+        from airflow_cdc.spark.job import iceberg_job_spec
+
+        config = self.stream_config
+        window = self.window(context)
+        owner = run_owner(context)
+        store = self.state_store()
+        store.renew_lease(window, owner, self.lease_seconds)
+        folder = config.window_dir(window)
+        result_path = folder / "extract-result.json"
+        overrides_path = folder / "source-overrides.json"
+        args = [
+            "--plan", str(config.plan_path(window)),
+            "--outcome", str(config.outcome_path(window)),
+            "--result", str(result_path),
+        ]
+        overrides = self.source_overrides(context)
+        if overrides:
+            write_private(overrides_path, json.dumps(overrides))
+            args += ["--source-overrides", str(overrides_path)]
+        spec = iceberg_job_spec(
+            "extract",
+            self.iceberg_catalog,
+            args,
+            name=f"cdc-extract-{window.stream_id}-{format_ts(window.start)}",
+            conf=self.spark_conf,
+        )
+        try:
+            self.run_job(spec)
+        finally:
+            overrides_path.unlink(missing_ok=True)
+        result = json.loads(result_path.read_text())
+        if result.get("snapshot_id") is None:
+            raise AirflowFailException(
+                f"extract of window {window.window_id} found its changelog commit but not its "
+                f"snapshot (expired?): the outcome cannot be proven; reset the stream"
+            )
+        store.mark_extracted(window, owner, int(result["snapshot_id"]))
+        return {
+            "window_id": window.window_id,
+            "changelog_snapshot_id": int(result["snapshot_id"]),
+            "skipped": bool(result.get("skipped")),
+            **result.get("counts", {}),
+        }
+
+
+class CdcCommitWindowOperator(CdcWindowOperator):
+    """Step 3: record the extract's partition outcomes in one state-store transaction."""
+
+    def execute(self, context) -> dict:
+        window = self.window(context)
+        record = commit_window(
+            self.state_store(), self.stream_config, window, run_owner(context)
+        )
+        return window_summary(record)
+
+
+def window_summary(record) -> dict:
+    """The small XCom summary of a window (never tokens: the state store is authoritative)."""
+    counts = dict(record.counts or {})
+    return {
+        "stream": record.stream_id,
+        "window_start": format_ts(record.start),
+        "window_end": format_ts(record.end),
+        "state": str(getattr(record.state, "value", record.state)),
+        "partitions": counts.get("partitions"),
+        "children": counts.get("children"),
+        "changes": counts.get("changes"),
+        "low_watermark": format_ts(record.low_watermark) if record.low_watermark else None,
+        "changelog_snapshot_id": record.changelog_snapshot_id,
+        "target_snapshot_ids": dict(record.target_snapshot_ids or {}),
+    }

@@ -1,0 +1,212 @@
+"""The window protocol's Airflow-free steps: plan, commit and the completeness gate.
+
+Operators call these; Spark jobs do extract and apply. Every step is safe to run again
+(invariant I1): planning returns the recorded plan, committing an already committed window
+changes nothing, the gate only reads until it opens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from airflow_cdc.model import (
+    CdcError,
+    PartitionPosition,
+    PartitionState,
+    Window,
+    WindowState,
+    format_ts,
+    validate_identifier,
+)
+from airflow_cdc.pipeline.files import (
+    WindowOutcomeFile,
+    WindowPlanFile,
+    window_dir,
+    write_private,
+)
+from airflow_cdc.pipeline.lineage import PendingChild
+
+# Source spec keys that may hold secrets: never in plan files, fingerprints, logs or XCom.
+SECRET_KEYS = frozenset({"access_token", "password", "credentials", "token"})
+
+
+class WindowNotReadyError(CdcError):
+    """A step ran before the step it depends on finished."""
+
+
+@dataclass(frozen=True)
+class StreamConfig:
+    """One stream as every step of its pipeline sees it."""
+
+    stream_id: str
+    source_kind: str
+    source_spec: dict  # JSON, no secrets (see SECRET_KEYS)
+    namespace: str = "cdc"
+    work_root: str = ""
+
+    def __post_init__(self) -> None:
+        validate_identifier("stream id", self.stream_id)
+        validate_identifier("Iceberg namespace", self.namespace)
+        leaked = _secret_paths(self.source_spec)
+        if leaked:
+            raise ValueError(
+                f"source spec of stream {self.stream_id!r} holds secrets at {leaked}: pass "
+                f"credentials through the Airflow connection, not the pipeline arguments"
+            )
+
+    @property
+    def changelog_table(self) -> str:
+        """``<namespace>.<stream>_changelog`` (the catalog name is added by the Spark side)."""
+        return f"{self.namespace}.{self.stream_id}_changelog"
+
+    @property
+    def dead_letter_table(self) -> str:
+        return f"{self.namespace}.{self.stream_id}_dead_letters"
+
+    @property
+    def fingerprint(self) -> str:
+        """Changes when the source config changes: the state store then refuses the stream."""
+        text = json.dumps(
+            {"kind": self.source_kind, "spec": self.source_spec}, sort_keys=True, default=str
+        )
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def window_dir(self, window: Window) -> Path:
+        return window_dir(self.work_root, window)
+
+    def plan_path(self, window: Window) -> Path:
+        return self.window_dir(window) / "plan.json"
+
+    def outcome_path(self, window: Window) -> Path:
+        return self.window_dir(window) / "outcome.json"
+
+
+def _secret_paths(spec: dict, prefix: str = "") -> list[str]:
+    found = []
+    for key, value in spec.items():
+        path = f"{prefix}{key}"
+        if key in SECRET_KEYS and value:
+            found.append(path)
+        elif isinstance(value, dict):
+            found.extend(_secret_paths(value, path + "."))
+    return found
+
+
+def plan_window(
+    store,
+    config: StreamConfig,
+    window: Window,
+    owner: str,
+    lease_seconds: float,
+    initial_positions: list[PartitionPosition],
+    catalog_name: str,
+) -> WindowPlanFile:
+    """Open the window in the state store and write its plan file (same plan on re-runs)."""
+    store.register_stream(config.stream_id, config.source_kind, config.fingerprint)
+    plan = store.plan_window(window, owner, lease_seconds, initial_positions)
+    pending = tuple(
+        PendingChild(
+            partition_id=p.partition_id,
+            start=p.start,
+            parent_ids=tuple(p.parent_ids),
+            reported_by=set(p.reported_by),
+        )
+        for p in store.list_partitions(config.stream_id, states=[PartitionState.CREATED])
+    )
+    plan_file = WindowPlanFile(
+        window=window,
+        positions=tuple(plan.positions),
+        pending_children=pending,
+        source=config.source_spec,
+        changelog_table=f"{catalog_name}.{config.changelog_table}",
+        attempt=plan.window.attempt,
+    )
+    path = config.plan_path(window)
+    if plan.window.state is WindowState.PLANNED or not path.exists():
+        write_private(path, plan_file.to_json())
+    return WindowPlanFile.from_json(path.read_text())
+
+
+def commit_window(store, config: StreamConfig, window: Window, owner: str):
+    """Record the extract job's outcome file in one state-store transaction."""
+    record = store.get_window(window.stream_id, window.start)
+    if record is None:
+        raise WindowNotReadyError(f"window {window.window_id} of {window.stream_id} was never planned")
+    if record.committed:
+        return record
+    path = config.outcome_path(window)
+    if not path.exists():
+        raise WindowNotReadyError(
+            f"window {window.window_id} of {window.stream_id} has no outcome file at {path}: "
+            f"the extract task has not finished; clear it to run it again"
+        )
+    outcome = WindowOutcomeFile.from_json(path.read_text())
+    if outcome.window_id != window.window_id:
+        raise WindowNotReadyError(
+            f"outcome file {path} is for window {outcome.window_id}, not {window.window_id}"
+        )
+    return store.commit_window(window, owner, list(outcome.outcomes), outcome.counts)
+
+
+@dataclass(frozen=True)
+class LaggingPartition:
+    partition_id: str
+    watermark: datetime
+    since: datetime
+
+
+@dataclass(frozen=True)
+class GateStatus:
+    """Whether a window is proven complete (I4), and if not, why not, visibly."""
+
+    open: bool
+    reason: str
+    state: WindowState | None = None
+    low_watermark: datetime | None = None
+    lagging: tuple[LaggingPartition, ...] = field(default=())
+
+
+def gate_status(store, window: Window) -> GateStatus:
+    """Open when apply committed and every partition live in the window reached its end."""
+    record = store.get_window(window.stream_id, window.start)
+    if record is None:
+        return GateStatus(False, f"window {window.window_id} was never planned")
+    state = WindowState(record.state)
+    if state is WindowState.FAILED:
+        return GateStatus(False, f"window failed: {record.failure_reason}", state)
+    if state not in (WindowState.APPLIED, WindowState.COMPLETE):
+        return GateStatus(
+            False, f"window is {state.value}: apply has not committed yet", state,
+            record.low_watermark,
+        )
+    read = {wp.partition_id: wp for wp in store.window_partitions(window)}
+    current = {
+        p.partition_id: p
+        for p in store.list_partitions(window.stream_id)
+        if p.partition_id in read
+    }
+    lagging = []
+    for partition_id, wp in sorted(read.items()):
+        if wp.finished:
+            continue
+        watermark = wp.watermark
+        if watermark is None or watermark < window.end:
+            since = current[partition_id].watermark_since if partition_id in current else None
+            lagging.append(LaggingPartition(partition_id, watermark or wp.start, since or wp.start))
+    if lagging:
+        worst = min(lagging, key=lambda p: p.watermark)
+        return GateStatus(
+            False,
+            f"{len(lagging)} partition(s) hold the low watermark before the window end "
+            f"{format_ts(window.end)}; lowest {worst.partition_id} at "
+            f"{format_ts(worst.watermark)} since {format_ts(worst.since)}",
+            state,
+            record.low_watermark,
+            tuple(lagging),
+        )
+    return GateStatus(True, "every partition live in the window reached its end", state,
+                      record.low_watermark)

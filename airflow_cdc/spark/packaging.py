@@ -1,0 +1,106 @@
+"""The ``--py-files`` archive: ``airflow_cdc`` and ``spark_jobs`` zipped for Spark drivers and executors.
+
+Executors on a cluster have neither Airflow nor this package installed. Every job therefore ships
+one zip holding both packages (pure Python, no Airflow import on the Spark side), built once per
+content: the name carries a hash of every file's path and bytes, so an unchanged tree reuses the
+cached zip and a changed one can never be mistaken for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import zipfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from airflow_cdc.model import CdcError
+
+PY_FILES_PACKAGES: tuple[str, ...] = ("airflow_cdc", "spark_jobs")
+# A fixed timestamp makes the zip's bytes a function of the content alone.
+_ZIP_DATE_TIME = (2020, 1, 1, 0, 0, 0)
+_SKIPPED_DIRS = {"__pycache__"}
+_SKIPPED_SUFFIXES = (".pyc", ".pyo")
+
+
+class PackagingError(CdcError):
+    """A package that must be shipped to Spark cannot be found."""
+
+
+def py_files_cache_dir() -> Path:
+    """Where built zips live: ``$AIRFLOW_CDC_PY_FILES_DIR`` or ``~/.cache/airflow-cdc/py-files``."""
+    configured = os.environ.get("AIRFLOW_CDC_PY_FILES_DIR")
+    return Path(configured) if configured else Path.home() / ".cache" / "airflow-cdc" / "py-files"
+
+
+def package_dir(package: str) -> Path:
+    """The folder of an importable top-level package, found without importing it."""
+    spec = importlib.util.find_spec(package)
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    if not locations:
+        raise PackagingError(
+            f"package {package!r} is not importable from this interpreter, so it cannot be "
+            f"shipped to Spark: install airflow-cdc (pip install airflow-cdc) or run from "
+            f"the repository root"
+        )
+    return Path(locations[0])
+
+
+def build_py_files(
+    packages: Sequence[str] = PY_FILES_PACKAGES,
+    cache_dir: Path | None = None,
+    roots: Sequence[Path] | None = None,
+) -> Path:
+    """Return the path of a zip holding ``packages``; build it only if no zip of that content exists.
+
+    ``roots`` (folders whose names are the package names) replaces the lookup of ``packages``
+    by import; tests use it to package a tree of their own.
+    """
+    folders = list(roots) if roots is not None else [package_dir(name) for name in packages]
+    entries = sorted(_entries(folders))
+    digest = hashlib.sha256()
+    for arcname, path in entries:
+        digest.update(arcname.encode("utf-8") + b"\0")
+        digest.update(path.read_bytes() if path is not None else b"<dir>")
+        digest.update(b"\0")
+    names = "-".join(folder.name for folder in folders)
+    target = (cache_dir or py_files_cache_dir()) / f"{names}-{digest.hexdigest()[:16]}.zip"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # Built under a name of this process, then renamed: a concurrent job never sees half a zip.
+    staging = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    with zipfile.ZipFile(staging, "w", zipfile.ZIP_DEFLATED) as archive:
+        for arcname, path in entries:
+            info = zipfile.ZipInfo(arcname, date_time=_ZIP_DATE_TIME)
+            if path is None:
+                # Directory entries let zipimport find packages without __init__.py
+                # (namespace packages) inside the zip.
+                info.external_attr = (0o40755 << 16) | 0x10
+                archive.writestr(info, b"")
+            else:
+                info.external_attr = 0o644 << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                archive.writestr(info, path.read_bytes())
+    os.replace(staging, target)
+    return target
+
+
+def _entries(folders: Iterable[Path]) -> Iterable[tuple[str, Path | None]]:
+    """(name inside the zip, file or None for a folder) for every shipped file and folder."""
+    for folder in folders:
+        if not folder.is_dir():
+            raise PackagingError(f"{folder} is not a folder: cannot ship it as a package")
+        yield f"{folder.name}/", None
+        for current, dirnames, filenames in os.walk(folder):
+            dirnames[:] = sorted(
+                d for d in dirnames if d not in _SKIPPED_DIRS and not d.startswith(".")
+            )
+            relative = Path(current).relative_to(folder.parent)
+            for dirname in dirnames:
+                yield f"{(relative / dirname).as_posix()}/", None
+            for filename in sorted(filenames):
+                if filename.startswith(".") or filename.endswith(_SKIPPED_SUFFIXES):
+                    continue
+                yield (relative / filename).as_posix(), Path(current) / filename

@@ -1,0 +1,128 @@
+"""What the state store hands back: small immutable values, never database rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from airflow_cdc.model import PartitionPosition, PartitionState, Window, WindowState, format_ts
+
+# Window states from which the window's outcomes are recorded: the next window may start.
+COMMITTED_OR_LATER = frozenset({WindowState.COMMITTED, WindowState.APPLIED, WindowState.COMPLETE})
+# Partition states that still have changes to deliver.
+LIVE_PARTITION_STATES = (PartitionState.CREATED, PartitionState.READY, PartitionState.RUNNING)
+# Partition states a window reads.
+READABLE_PARTITION_STATES = (PartitionState.READY, PartitionState.RUNNING)
+
+
+def window_name(stream_id: str, start: datetime, end: datetime) -> str:
+    """How messages name a window: ``window orders[2024-01-01T00:00:00.000000Z, ...)``."""
+    return f"window {stream_id}[{format_ts(start)}, {format_ts(end)})"
+
+
+@dataclass(frozen=True)
+class StreamRecord:
+    stream_id: str
+    source_kind: str
+    config_fingerprint: str
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class PartitionRecord:
+    """One partition of a stream and how far it has been read.
+
+    ``watermark`` is the instant up to which the partition's changes are read (its ``start``
+    until it is first read); ``watermark_since`` is when the watermark last advanced, so a
+    stalled partition can be reported with the time it stalled.
+    """
+
+    stream_id: str
+    partition_id: str
+    state: PartitionState
+    parent_ids: tuple[str, ...]
+    reported_by: tuple[str, ...]
+    start: datetime
+    watermark: datetime
+    watermark_since: datetime
+    resume_position: str | None
+    created_window: datetime | None
+    finished_window: datetime | None
+    updated_at: datetime
+
+    @property
+    def next_position(self) -> PartitionPosition:
+        """Where the next window reads this partition from: its watermark and resume position."""
+        return PartitionPosition(
+            partition_id=self.partition_id,
+            start=self.watermark,
+            resume_position=self.resume_position,
+            parent_ids=self.parent_ids,
+        )
+
+
+@dataclass(frozen=True)
+class WindowRecord:
+    """One window of a stream with its state, lease and results."""
+
+    stream_id: str
+    start: datetime
+    end: datetime
+    state: WindowState
+    attempt: int
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    low_watermark: datetime | None
+    counts: dict
+    changelog_snapshot_id: int | None
+    target_snapshot_ids: dict
+    failure_reason: str | None
+    completeness_note: str | None
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def window(self) -> Window:
+        return Window(self.stream_id, self.start, self.end)
+
+    @property
+    def committed(self) -> bool:
+        """Whether the window's outcomes are recorded (COMMITTED, APPLIED or COMPLETE)."""
+        return self.state in COMMITTED_OR_LATER
+
+
+@dataclass(frozen=True)
+class WindowPartitionRecord:
+    """One partition one window read: from where (plan) and, once committed, what it found.
+
+    ``origin`` is ``planned`` for partitions in the window's plan and ``child`` for children
+    born in the window and read in it.
+    """
+
+    stream_id: str
+    window_start: datetime
+    partition_id: str
+    origin: str
+    parent_ids: tuple[str, ...]
+    start: datetime
+    resume_position: str | None
+    finished: bool | None
+    watermark: datetime | None
+    records: int | None
+
+    @property
+    def position(self) -> PartitionPosition:
+        return PartitionPosition(
+            partition_id=self.partition_id,
+            start=self.start,
+            resume_position=self.resume_position,
+            parent_ids=self.parent_ids,
+        )
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """A window and the partition positions it reads; the same every time it is planned."""
+
+    window: WindowRecord
+    positions: tuple[PartitionPosition, ...]

@@ -1,0 +1,226 @@
+"""A stream's changelog table: create it, find a window's commit, append a window in one commit.
+
+The changelog is append-only and partitioned by day of commit timestamp; its columns come
+from :data:`airflow_cdc.model.CHANGELOG_COLUMNS`, so the Airflow side and Spark cannot drift.
+
+Exactly once (I1): the rows of window W are appended in ONE Iceberg commit whose snapshot
+summary carries ``WINDOW_SNAPSHOT_PROPERTY = W``. Before writing, the table's snapshots are
+searched for that tag; if one has it, nothing is written. An empty window commits an empty
+tagged snapshot too, so "extracted, zero changes" (tag present, no rows) stays distinguishable
+from "never extracted" (no tag) for the gate and for re-runs. Iceberg makes such an empty
+append snapshot on the 1.10 Spark 3.5 runtime (tested).
+
+Once a window's snapshot has been expired (``expire_snapshots``), the tag is gone; a rerun
+then looks for the window's rows instead (``window_id`` column) and still writes nothing. Only
+an expired *empty* window would be committed again, as one more empty snapshot: harmless.
+
+Never imports Airflow (this runs on executors without it).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as T
+
+from airflow_cdc.model import (
+    CHANGELOG_COLUMNS,
+    CHANGELOG_PARTITIONING,
+    WINDOW_SNAPSHOT_PROPERTY,
+    CdcError,
+    change_row_from_json_line,
+    change_row_to_record,
+    validate_identifier,
+)
+from airflow_cdc.spark.job import ChangelogWriteResult, split_table_name
+
+_SPARK_TYPES = {
+    "string": T.StringType,
+    "timestamp": T.TimestampType,
+    "binary": T.BinaryType,
+    "long": T.LongType,
+    "int": T.IntegerType,
+    "boolean": T.BooleanType,
+}
+_WINDOW_ID_INDEX = [name for name, _ in CHANGELOG_COLUMNS].index("window_id")
+
+
+class WindowMismatchError(CdcError, ValueError):
+    """The input of window W holds rows of another window."""
+
+
+class CatalogNotConfiguredError(CdcError):
+    """The Spark session has no catalog of the name the job was given."""
+
+
+def changelog_schema() -> T.StructType:
+    """The changelog's Spark schema, built from CHANGELOG_COLUMNS (never inferred)."""
+    return T.StructType(
+        [T.StructField(name, _SPARK_TYPES[kind](), nullable=True) for name, kind in CHANGELOG_COLUMNS]
+    )
+
+
+def qualified_table(catalog: str, table: str) -> str:
+    """``<catalog>.<namespace>.<name>``, every part validated before it is used in SQL."""
+    validate_identifier("Iceberg catalog name", catalog)
+    namespace, name = split_table_name(table)
+    return f"{catalog}.{namespace}.{name}"
+
+
+def require_catalog(spark: SparkSession, catalog: str) -> None:
+    """Fail clearly when the session does not know ``catalog`` (conf missing from the submit)."""
+    validate_identifier("Iceberg catalog name", catalog)
+    if spark.conf.get(f"spark.sql.catalog.{catalog}", None) is None:
+        raise CatalogNotConfiguredError(
+            f"Spark catalog {catalog!r} is not configured in this session: submit the job with "
+            f"the IcebergCatalog's conf (IcebergCatalog(name={catalog!r}, ...).spark_conf(), "
+            f"which the job spec helpers in airflow_cdc.spark.job merge in)"
+        )
+
+
+def create_changelog_table(spark: SparkSession, table: str) -> None:
+    """Create the changelog table ``table`` (qualified, validated) unless it exists."""
+    columns = ", ".join(f"{name} {kind}" for name, kind in CHANGELOG_COLUMNS)
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING iceberg "
+        f"PARTITIONED BY ({CHANGELOG_PARTITIONING}) "
+        f"TBLPROPERTIES ('format-version' = '2')"
+    )
+
+
+@dataclass(frozen=True)
+class WindowCommit:
+    """The earlier commit of a window: its snapshot, if that snapshot still exists."""
+
+    snapshot_id: int | None
+
+
+def find_window_commit(spark: SparkSession, table: str, window_id: str) -> WindowCommit | None:
+    """The commit that already holds ``window_id`` in ``table``, or None if there is none."""
+    if not spark.catalog.tableExists(table):
+        return None
+    snapshot_id = tagged_snapshot_id(spark, table, window_id)
+    if snapshot_id is not None:
+        return WindowCommit(snapshot_id)
+    # The tag is gone once its snapshot expired; the rows say the window was written.
+    rows = spark.sql(
+        f"SELECT 1 FROM {table} WHERE window_id = :window_id LIMIT 1",
+        args={"window_id": window_id},
+    ).collect()
+    return WindowCommit(None) if rows else None
+
+
+def tagged_snapshot_id(spark: SparkSession, table: str, window_id: str) -> int | None:
+    """The id of the snapshot of ``table`` tagged with ``window_id``, if any (the oldest)."""
+    rows = spark.sql(
+        f"SELECT snapshot_id FROM {table}.snapshots "
+        f"WHERE summary[:property] = :window_id ORDER BY committed_at LIMIT 1",
+        args={"property": WINDOW_SNAPSHOT_PROPERTY, "window_id": window_id},
+    ).collect()
+    return int(rows[0].snapshot_id) if rows else None
+
+
+def change_row_tuple(line: str) -> tuple:
+    """One changelog row (in CHANGELOG_COLUMNS order) from one JSON line (the model's codec).
+
+    Runs on executors: module level, so it is pickled by reference and imported there from
+    the py-files zip.
+    """
+    try:
+        record = change_row_to_record(change_row_from_json_line(line))
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(
+            f"changelog input line is not a ChangeRow JSON line ({type(error).__name__}: "
+            f"{error}): {line[:300]!r}"
+        ) from error
+    return tuple(record[name] for name, _ in CHANGELOG_COLUMNS)
+
+
+def read_change_rows(spark: SparkSession, input_path: str):
+    """The parsed rows of a JSON-lines file (any Hadoop URI or local path), as an RDD of tuples."""
+    lines = spark.sparkContext.textFile(input_path)
+    return lines.filter(lambda line: line.strip() != "").map(change_row_tuple)
+
+
+def window_row_counts(rows) -> dict[str, int]:
+    """How many rows each window id has in ``rows`` (one pass; an empty input gives {})."""
+    totals: Counter[str] = Counter()
+    for partial in rows.mapPartitions(_count_window_ids).collect():
+        totals.update(partial)
+    return dict(totals)
+
+
+def _count_window_ids(partition) -> list[dict[str, int]]:
+    return [dict(Counter(row[_WINDOW_ID_INDEX] for row in partition))]
+
+
+def append_window(spark: SparkSession, table: str, window_id: str, frame: DataFrame) -> int:
+    """Append ``frame`` to ``table`` in ONE commit tagged with ``window_id``; return its snapshot id."""
+    (
+        frame.writeTo(table)
+        .option(f"snapshot-property.{WINDOW_SNAPSHOT_PROPERTY}", window_id)
+        .append()
+    )
+    snapshot_id = tagged_snapshot_id(spark, table, window_id)
+    if snapshot_id is None:  # the commit just made must carry the tag
+        raise CdcError(f"append to {table} made no snapshot tagged {window_id!r}")
+    return snapshot_id
+
+
+def write_window(
+    spark: SparkSession, table: str, window_id: str, input_path: str
+) -> ChangelogWriteResult:
+    """Append the change rows in ``input_path`` as window ``window_id`` of ``table``, once.
+
+    1. If a commit of the window exists, write nothing (I1) and report it as skipped.
+    2. Parse every row (model codec) and count rows per window id; refuse rows of another
+       window before anything is written.
+    3. Create the table if missing.
+    4. Append all rows in one commit tagged with the window (empty windows too).
+    """
+    earlier = find_window_commit(spark, table, window_id)
+    if earlier is not None:
+        return ChangelogWriteResult(table, window_id, earlier.snapshot_id, 0, skipped=True)
+
+    rows = read_change_rows(spark, input_path).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        counts = window_row_counts(rows)
+        foreign = {w: n for w, n in counts.items() if w != window_id}
+        if foreign:
+            listed = ", ".join(f"{w!r} ({n} rows)" for w, n in sorted(foreign.items()))
+            raise WindowMismatchError(
+                f"input {input_path} for window {window_id!r} of {table} also holds rows of "
+                f"other windows: {listed}. Nothing was written: each window's rows must be "
+                f"written by that window's own run"
+            )
+        create_changelog_table(spark, table)
+        frame = spark.createDataFrame(rows, changelog_schema(), verifySchema=True)
+        snapshot_id = append_window(spark, table, window_id, frame)
+    finally:
+        rows.unpersist()
+    return ChangelogWriteResult(table, window_id, snapshot_id, counts.get(window_id, 0), skipped=False)
+
+
+def write_text(spark: SparkSession, path: str, text: str) -> None:
+    """Write ``text`` to ``path``: local files atomically, URIs (gs://, hdfs://) through Hadoop."""
+    if "://" not in path or path.startswith("file:"):
+        import os
+        from pathlib import Path
+
+        target = Path(path[len("file://"):] if path.startswith("file://") else path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        staging.write_text(text)
+        os.replace(staging, target)
+        return
+    jvm = spark.sparkContext._jvm
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    stream = fs.create(hadoop_path, True)
+    try:
+        stream.write(bytearray(text.encode("utf-8")))
+    finally:
+        stream.close()

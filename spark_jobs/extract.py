@@ -1,0 +1,169 @@
+"""Extract job: read one window of a change source in parallel into the changelog table.
+
+Usage (spark-submit): ``extract.py --plan <plan.json> --outcome <outcome.json> --result <result.json>``
+
+Procedure (ARCHITECTURE.md, window protocol step 2):
+1. If the changelog already has the commit tagged with this window, write nothing: copy the
+   outcome that commit references and stop (a re-run after a crash at any later point).
+2. Read the planned partitions, one Spark task per partition; children whose parents all
+   reported are read in further rounds, still inside this window (lineage rules).
+3. Check that every source transaction is complete across partitions, or fail naming it.
+4. Write the outcome file, then append all rows in ONE changelog commit tagged with the
+   window and referencing the outcome file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from airflow_cdc.model import CHANGELOG_COLUMNS, change_row_to_record
+from airflow_cdc.pipeline.files import WindowOutcomeFile, WindowPlanFile
+from airflow_cdc.pipeline.lineage import WindowLineage, check_transactions, run_rounds
+from airflow_cdc.sources.registry import build_source
+
+OUTCOME_FILE_PROPERTY = "airflow-cdc.outcome-file"
+
+_SOURCES: dict[str, object] = {}
+
+
+def read_partition_task(plan_json: str, position_json: dict):
+    """Runs on an executor: read one partition; rows leave as changelog tuples."""
+    from airflow_cdc.pipeline.files import position_from_json
+
+    plan = WindowPlanFile.from_json(plan_json)
+    key = json.dumps(plan.source, sort_keys=True)
+    source = _SOURCES.get(key)
+    if source is None:  # one client per executor process, reused across its tasks
+        source = _SOURCES[key] = build_source(plan.source)
+    read = source.read_partition(plan.window, position_from_json(position_json))
+    rows = [
+        tuple(change_row_to_record(row)[name] for name, _ in CHANGELOG_COLUMNS)
+        for row in read.rows
+    ]
+    return read.outcome, read.transactions, rows
+
+
+def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
+    """Steps 1-4 above; returns the result summary."""
+    from pyspark import StorageLevel
+
+    from spark_jobs.changelog import (
+        append_window,
+        changelog_schema,
+        create_changelog_table,
+        find_window_commit,
+        read_text,
+        snapshot_summary,
+        write_text,
+    )
+
+    table = plan.changelog_table
+    window_id = plan.window.window_id
+    earlier = find_window_commit(spark, table, window_id)
+    if earlier is not None and earlier.snapshot_id is not None:
+        summary = snapshot_summary(spark, table, earlier.snapshot_id)
+        recorded = summary.get(OUTCOME_FILE_PROPERTY)
+        if recorded and recorded != outcome_path:
+            write_text(spark, outcome_path, read_text(spark, recorded))
+        outcome = WindowOutcomeFile.from_json(read_text(spark, outcome_path))
+        return {
+            "skipped": True,
+            "snapshot_id": earlier.snapshot_id,
+            "counts": outcome.counts,
+        }
+
+    from airflow_cdc.pipeline.files import position_to_json
+
+    sc = spark.sparkContext
+    plan_json = plan.to_json()
+    lineage = WindowLineage(plan.positions, plan.pending_children)
+    row_batches = []
+
+    def read_round(batch):
+        reads = sc.parallelize(
+            [position_to_json(p) for p in batch], numSlices=max(1, len(batch))
+        ).map(lambda position: read_partition_task(plan_json, position))
+        reads.persist(StorageLevel.MEMORY_AND_DISK)
+        results = reads.map(lambda r: (r[0], r[1])).collect()
+        row_batches.append(reads.flatMap(lambda r: r[2]))
+        return results
+
+    outcomes, tallies = run_rounds(lineage, read_round)
+    transactions = check_transactions(tallies)
+    rows = sc.union(row_batches) if row_batches else sc.emptyRDD()
+    frame = spark.createDataFrame(rows, changelog_schema())
+    frame.persist(StorageLevel.MEMORY_AND_DISK)
+    changes = frame.count()
+    counts = {
+        "changes": changes,
+        "records": sum(o.records for o in outcomes),
+        "partitions": len(outcomes),
+        "children": len({c.partition_id for o in outcomes for c in o.children}),
+        "finished": sum(1 for o in outcomes if o.finished),
+        "transactions": len(transactions),
+        "rounds": lineage.rounds,
+    }
+    outcome = WindowOutcomeFile(
+        window_id=window_id,
+        outcomes=tuple(sorted(outcomes, key=lambda o: o.partition_id)),
+        pending_children=tuple(lineage.still_pending),
+        counts=counts,
+    )
+    write_text(spark, outcome_path, outcome.to_json())
+    create_changelog_table(spark, table)
+    snapshot_id = append_window(
+        spark, table, window_id, frame, extra_properties={OUTCOME_FILE_PROPERTY: outcome_path}
+    )
+    frame.unpersist()
+    return {"skipped": False, "snapshot_id": snapshot_id, "counts": counts}
+
+
+def with_source_overrides(plan: WindowPlanFile, overrides: dict) -> WindowPlanFile:
+    """The plan with ``overrides`` merged into its source spec (one level deep)."""
+    from dataclasses import replace
+
+    source = dict(plan.source)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(source.get(key), dict):
+            source[key] = {**source[key], **value}
+        else:
+            source[key] = value
+    return replace(plan, source=source)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plan", required=True, help="plan file written by the plan task")
+    parser.add_argument("--outcome", required=True, help="where to write the outcome file")
+    parser.add_argument("--result", required=True, help="where to write the result summary")
+    parser.add_argument(
+        "--source-overrides",
+        help="JSON file merged into the plan's source spec (short-lived credentials)",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from pyspark.sql import SparkSession
+
+    from spark_jobs.changelog import read_text, write_text
+
+    args = parse_args(argv)
+    spark = SparkSession.builder.getOrCreate()
+    try:
+        plan = WindowPlanFile.from_json(read_text(spark, args.plan))
+        if args.source_overrides:
+            overrides = json.loads(read_text(spark, args.source_overrides))
+            plan = with_source_overrides(plan, overrides)
+        result = extract_window(spark, plan, args.outcome)
+        write_text(spark, args.result, json.dumps(result, sort_keys=True))
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
