@@ -1,1 +1,1 @@
-"""Spark entry points and transforms (changelog writer, apply). Never imports Airflow."""
+"""Spark entry points (one module per job) and the transforms they share; never imports Airflow."""

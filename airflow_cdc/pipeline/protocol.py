@@ -34,6 +34,9 @@ from airflow_cdc.pipeline.lineage import PendingChild
 SECRET_KEYS = frozenset({"access_token", "password", "credentials", "token"})
 
 
+EXTRACT_ONLY_COUNTS = ("changes", "transactions", "rounds")
+
+
 class WindowNotReadyError(CdcError):
     """A step ran before the step it depends on finished."""
 
@@ -149,7 +152,10 @@ def commit_window(store, config: StreamConfig, window: Window, owner: str):
         raise WindowNotReadyError(
             f"outcome file {path} is for window {outcome.window_id}, not {window.window_id}"
         )
-    return store.commit_window(window, owner, list(outcome.outcomes), outcome.counts)
+    # The store computes records, partitions, finished and children from the outcomes itself;
+    # the job adds what only it can know.
+    extra = {k: outcome.counts[k] for k in EXTRACT_ONLY_COUNTS if k in outcome.counts}
+    return store.commit_window(window, owner, list(outcome.outcomes), extra)
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,9 @@ _LIST_CONF_KEYS = {
     "spark.submit.pyFiles": "py_files",
     "spark.files": "files",
 }
-# The lines of a Spark log that say why a job failed (Python tracebacks, JVM exceptions).
-_REASON = re.compile(r"(\b\w*(Error|Exception)\b|\berror:)")
+# The lines of a Spark log that say why a job failed: the last line of a Python traceback,
+# a JVM exception or its "Caused by", an entry point's "<prog>: error: ..." (not stack frames).
+_REASON = re.compile(r"^(?:Caused by: |: )?[\w.$]*(?:Error|Exception)\b.*|.*\berror: .*")
 
 
 def _split(values: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -41,9 +42,12 @@ def _split(values: str | Sequence[str] | None) -> tuple[str, ...]:
 
 
 def _merge(*lists: Sequence[str]) -> tuple[str, ...]:
+    """The values of ``lists`` in order, each once."""
     merged: list[str] = []
     for values in lists:
-        merged.extend(v for v in values if v not in merged)
+        for value in values:
+            if value not in merged:
+                merged.append(value)
     return tuple(merged)
 
 
@@ -113,7 +117,7 @@ class SparkJobError(CdcError):
         self.name = name
         self.return_code = return_code
         self.log_tail = tuple(log_tail)
-        reasons = [line for line in self.log_tail if _REASON.search(line)]
+        reasons = [line for line in self.log_tail if _REASON.match(line.strip())]
         self.reason = reasons[-1].strip() if reasons else (detail or "no error line in the log")
         shown = "\n".join(self.log_tail[-40:])
         super().__init__(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import tempfile
 import zipfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -64,11 +65,21 @@ def build_py_files(
         digest.update(arcname.encode("utf-8") + b"\0")
         digest.update(path.read_bytes() if path is not None else b"<dir>")
         digest.update(b"\0")
-    names = "-".join(folder.name for folder in folders)
-    target = (cache_dir or py_files_cache_dir()) / f"{names}-{digest.hexdigest()[:16]}.zip"
+    name = f"{'-'.join(folder.name for folder in folders)}-{digest.hexdigest()[:16]}.zip"
+    cache = cache_dir or py_files_cache_dir()
+    if (cache / name).exists():
+        return cache / name
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        if cache_dir is not None:
+            raise
+        # Airflow workers may run with a read-only home: the temp folder still works.
+        cache = Path(tempfile.gettempdir()) / "airflow-cdc-py-files"
+        cache.mkdir(parents=True, exist_ok=True)
+    target = cache / name
     if target.exists():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
     # Built under a name of this process, then renamed: a concurrent job never sees half a zip.
     staging = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     with zipfile.ZipFile(staging, "w", zipfile.ZIP_DEFLATED) as archive:

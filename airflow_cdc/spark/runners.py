@@ -39,10 +39,11 @@ class SparkRunner(Protocol):
 
 
 def bundled_spark_submit() -> str | None:
-    """The ``spark-submit`` next to this interpreter (a venv's bin) or inside pyspark, if any."""
-    beside = Path(sys.executable).parent / "spark-submit"
-    if beside.is_file():
-        return str(beside)
+    """The ``spark-submit`` of this interpreter's pyspark, if pyspark is installed.
+
+    The copy inside the pyspark package, not the venv's ``bin/`` one: that one asks
+    ``python3`` from PATH where Spark lives and fails when that interpreter has no pyspark.
+    """
     import importlib.util
 
     spec = importlib.util.find_spec("pyspark")
@@ -54,12 +55,12 @@ def bundled_spark_submit() -> str | None:
 
 
 def find_spark_submit() -> str:
-    """``spark-submit`` from PATH, else the one this interpreter's pyspark ships."""
-    found = shutil.which("spark-submit") or bundled_spark_submit()
+    """This interpreter's pyspark ``spark-submit`` (it matches the provisioned Iceberg jars), else PATH's."""
+    found = bundled_spark_submit() or shutil.which("spark-submit")
     if found is None:
         raise FileNotFoundError(
-            "spark-submit was found neither on PATH nor beside this interpreter: install "
-            "pyspark in this environment or pass spark_submit='/path/to/spark-submit'"
+            "spark-submit was found neither in this interpreter's pyspark nor on PATH: "
+            "install pyspark in this environment or pass spark_submit='/path/to/spark-submit'"
         )
     return found
 
@@ -67,8 +68,9 @@ def find_spark_submit() -> str:
 class LocalSparkRunner:
     """Runs a job with ``spark-submit --master <master>`` in a subprocess on this machine.
 
-    The driver and executors use this interpreter (``PYSPARK_PYTHON``) unless the environment,
-    the spec's ``env_vars`` or ``spark.pyspark.python`` say otherwise.
+    ``spark_submit`` defaults to the one of this interpreter's pyspark (else PATH's). The driver
+    and executors use this interpreter (``PYSPARK_PYTHON``) unless the environment, the spec's
+    ``env_vars`` or ``spark.pyspark.python`` say otherwise.
     """
 
     def __init__(

@@ -76,7 +76,9 @@ def _sqlite_engine(url: URL, busy_timeout_seconds: float) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE) else "BEGIN")
+        conn.exec_driver_sql(
+            "BEGIN IMMEDIATE" if conn.get_execution_options().get(_WRITE) else "BEGIN"
+        )
 
     return engine
 

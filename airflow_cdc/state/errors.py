@@ -1,4 +1,4 @@
-"""The errors the state store raises on purpose; each message names the object, the value and the fix.
+"""The state store's errors; each message names the object, the bad value and the fix.
 
 They are grouped so callers can catch a family: every lease conflict is a :class:`LeaseError`
 (the loser of two runs of one window, invariant I6, gets one), every refused plan or commit

@@ -104,7 +104,9 @@ def _v1_tables(conn: Connection) -> None:
         Column("created_at", UtcDateTime, nullable=False),
         Column("updated_at", UtcDateTime, nullable=False),
         PrimaryKeyConstraint("stream_id", "window_start", name="pk_cdc_windows"),
-        ForeignKeyConstraint(["stream_id"], ["cdc_streams.stream_id"], name="fk_cdc_windows_stream"),
+        ForeignKeyConstraint(
+            ["stream_id"], ["cdc_streams.stream_id"], name="fk_cdc_windows_stream"
+        ),
         CheckConstraint(
             "state IN ('PLANNED', 'EXTRACTED', 'COMMITTED', 'APPLIED', 'COMPLETE', 'FAILED')",
             name="ck_cdc_windows_state",
@@ -150,9 +152,9 @@ def _v2_indexes(conn: Connection) -> None:
         Column("updated_at", UtcDateTime),
     )
     win = Table("cdc_windows", md, Column("stream_id", String(128)), Column("state", String(16)))
-    Index("ix_cdc_partitions_stream_state", part.c.stream_id, part.c.state, part.c.updated_at).create(
-        conn
-    )
+    Index(
+        "ix_cdc_partitions_stream_state", part.c.stream_id, part.c.state, part.c.updated_at
+    ).create(conn)
     Index("ix_cdc_windows_stream_state", win.c.stream_id, win.c.state).create(conn)
 
 
@@ -207,7 +209,9 @@ def migrate(engine: Engine, now: Callable[[], datetime], target: int | None = No
             continue
         with write_transaction(engine) as conn:
             if conn.dialect.name == "postgresql":
-                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK})
+                conn.execute(
+                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK}
+                )
             version = current_version(conn)  # another process may have migrated meanwhile
             if version > HEAD_VERSION:
                 raise newer_schema_error(version)

@@ -94,6 +94,13 @@ _FIX_BY_TARGET = {
     S.FAILED: "its outcomes are committed: re-run its apply or gate step instead of failing it",
 }
 
+_MAX_LEASE_SECONDS = 366 * 24 * 3600  # beyond a year is a unit mistake (ms for s)
+_STEP_VERBS = {
+    S.EXTRACTED: "mark as extracted",
+    S.COMMITTED: "commit",
+    S.APPLIED: "mark as applied",
+}
+
 
 def _utc_now() -> datetime:
     return datetime.now(UTC)
@@ -122,7 +129,7 @@ class StateStore:
     # --- set-up ------------------------------------------------------------------------------
     @staticmethod
     def default_url() -> str:
-        """``$AIRFLOW_CDC_STATE_URL`` if set, else the SQLite file ``cdc_state.db`` in AIRFLOW_HOME."""
+        """``$AIRFLOW_CDC_STATE_URL`` if set, else the SQLite file cdc_state.db in AIRFLOW_HOME."""
         return engines.default_url()
 
     @property
@@ -206,7 +213,11 @@ class StateStore:
         validate_identifier("stream id", stream_id)
 
         def run(conn: Connection, now: datetime) -> None:
-            conn.execute(select(streams.c.stream_id).where(streams.c.stream_id == stream_id).with_for_update())
+            conn.execute(
+                select(streams.c.stream_id)
+                .where(streams.c.stream_id == stream_id)
+                .with_for_update()
+            )
             for table in (window_partitions, windows, partitions, streams):
                 conn.execute(delete(table).where(table.c.stream_id == stream_id))
 
@@ -256,8 +267,10 @@ class StateStore:
 
         return self._write(run)
 
-    def mark_extracted(self, window: Window, owner: str, changelog_snapshot_id: int) -> WindowRecord:
-        """PLANNED -> EXTRACTED: the window's changes are in changelog snapshot ``changelog_snapshot_id``."""
+    def mark_extracted(
+        self, window: Window, owner: str, changelog_snapshot_id: int
+    ) -> WindowRecord:
+        """PLANNED -> EXTRACTED: the window's changes are in that changelog snapshot."""
         _require_window(window)
         _require_text("lease owner", owner)
         _require_int("changelog snapshot id", changelog_snapshot_id)
@@ -332,7 +345,7 @@ class StateStore:
                     f"{previous.state}, not committed; windows of a stream commit strictly in "
                     f"order, so commit {_name(previous)} first"
                 )
-            self._record_outcomes(conn, window, outcomes, extra_counts, now)
+            self._record_outcomes(conn, window, owner, outcomes, extra_counts, now)
             return _window_record(_window_row(conn, window.stream_id, window.start))
 
         return self._write(run)
@@ -429,9 +442,7 @@ class StateStore:
                     f"{row.state} and its lease was released; plan the window again to take a "
                     f"new lease"
                 )
-            self._guarded_update(
-                conn, row, {"lease_expires_at": now + lease}, owner=owner, now=now
-            )
+            self._guarded_update(conn, row, {"lease_expires_at": now + lease}, owner=owner, now=now)
             return _window_record(_window_row(conn, window.stream_id, window.start))
 
         return self._write(run)
@@ -556,11 +567,12 @@ class StateStore:
 
     def _require_step(self, row: Row, owner: str, target: WindowState, now: datetime) -> None:
         """The checks of a step that needs the caller's lease: owner, protocol, expiry."""
-        _require_owner(row, owner, f"move to {target.value}")
+        action = _STEP_VERBS[target]
+        _require_owner(row, owner, action)
         _require_transition(row, target)
         if row.lease_expires_at is None or row.lease_expires_at <= now:
             raise LeaseLostError(
-                f"{owner!r} cannot move {_name(row)} to {target.value}: its lease expired at "
+                f"{owner!r} cannot {action} {_name(row)}: its lease expired at "
                 f"{_ts(row.lease_expires_at)}, so another run may take the window over; renew "
                 f"the lease (StateStore.renew_lease) during long steps, or plan the window "
                 f"again. Nothing was changed"
@@ -743,6 +755,7 @@ class StateStore:
         self,
         conn: Connection,
         window: Window,
+        owner: str,
         outcomes: tuple[PartitionOutcome, ...],
         extra_counts: dict,
         now: datetime,
@@ -807,7 +820,9 @@ class StateStore:
         for change in changes.outcomes:
             outcome = change.outcome
             values: dict[str, Any] = {
-                "state": (PartitionState.FINISHED if outcome.finished else PartitionState.RUNNING).value,
+                "state": (
+                    PartitionState.FINISHED if outcome.finished else PartitionState.RUNNING
+                ).value,
                 "watermark": outcome.watermark,
                 "resume_position": outcome.resume_position,
                 "updated_at": now,
@@ -868,7 +883,7 @@ class StateStore:
                 "low_watermark": window.end if lowest is None else lowest,
                 "counts": dumps(changes.counts),
             },
-            owner=row.lease_owner,
+            owner=owner,
             lease_live_at=now,
             now=now,
         )
@@ -891,8 +906,14 @@ def _require_int(what: str, value: object) -> None:
 
 
 def _require_lease_seconds(value: object) -> timedelta:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"lease_seconds must be a positive number of seconds, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0 < value < _MAX_LEASE_SECONDS
+    ):
+        raise ValueError(
+            f"lease_seconds must be a positive number of seconds below one year, got {value!r}"
+        )
     return timedelta(seconds=value)
 
 

@@ -26,6 +26,7 @@ def iceberg_jars() -> list[str]:
 @pytest.fixture(scope="session")
 def reader(tmp_path_factory, iceberg_jars):
     """A Spark session in the test process that reads the tables submitted jobs write."""
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     existing = SparkSession.getActiveSession()
@@ -34,6 +35,13 @@ def reader(tmp_path_factory, iceberg_jars):
     yield spark
     if existing is None:  # a session someone else started is theirs to stop
         spark.stop()
+        # Close the JVM gateway now, while log streams are open: py4j otherwise logs from
+        # __del__ at interpreter exit, into streams pytest (and Airflow's logging) closed.
+        gateway = SparkContext._gateway
+        if gateway is not None:
+            gateway.shutdown()
+            SparkContext._gateway = None
+            SparkContext._jvm = None
 
 
 @dataclass(frozen=True)

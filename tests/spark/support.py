@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import json
 import socket
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -133,10 +132,7 @@ def free_port() -> int:
 
 
 def spark_class() -> str:
-    """pyspark's bin/spark-class (beside this interpreter in a venv)."""
-    beside = Path(sys.executable).parent / "spark-class"
-    if beside.exists():
-        return str(beside)
+    """pyspark's own bin/spark-class (it finds SPARK_HOME without asking python3 from PATH)."""
     import pyspark
 
     return str(Path(pyspark.__file__).parent / "bin" / "spark-class")

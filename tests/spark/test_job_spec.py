@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from airflow_cdc.model import InvalidIdentifierError
@@ -61,3 +63,32 @@ def test_changelog_writer_refuses_a_bad_table_name_before_starting_spark(tmp_pat
     assert exit_code == 2
     assert "changelog table name 'orders;DROP TABLE x' is not an identifier" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_changelog_writer_takes_its_options_from_a_job_config_file_command_line_winning(tmp_path):
+    config = tmp_path / "job.json"
+    config.write_text(
+        json.dumps(
+            {
+                "catalog": "warehouse_a",
+                "table": "cdc.orders_changelog",
+                "window_id": WINDOW_ID,
+                "input": "rows.jsonl",
+                "result": "result.json",
+                "catalog_conf": {"spark.sql.catalog.warehouse_a.type": "hadoop"},
+            }
+        )
+    )
+
+    args = changelog_writer.parse_args(
+        ["--job-config", str(config), "--result", "other.json",
+         "--catalog-conf", "spark.sql.catalog.warehouse_a.warehouse=/tmp/wh"]
+    )
+
+    assert (args.catalog, args.table, args.window_id, args.input, args.result) == (
+        "warehouse_a", "cdc.orders_changelog", WINDOW_ID, "rows.jsonl", "other.json",
+    )
+    assert args.catalog_conf == {
+        "spark.sql.catalog.warehouse_a.type": "hadoop",
+        "spark.sql.catalog.warehouse_a.warehouse": "/tmp/wh",
+    }

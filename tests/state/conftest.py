@@ -1,8 +1,9 @@
 """Every state test runs twice: on SQLite (a file in the test's tmp_path) and on PostgreSQL.
 
-Each PostgreSQL test gets a database of its own, created for it and dropped after it, so tests
-never see each other's rows. PostgreSQL must be running (CI starts it): a test fails, never
-skips, when it is not, because the production store would then go untested.
+Each PostgreSQL test gets a schema of its own in a database made for the test session, both
+dropped after use, so tests never see each other's rows. PostgreSQL must be running (CI starts
+it): a test fails, never skips, when it is not, because the production store would then go
+untested.
 """
 
 from __future__ import annotations
@@ -38,11 +39,13 @@ class FakeClock:
 
 
 @pytest.fixture(scope="session")
-def postgres_admin():
-    engine = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+def postgres_database():
+    """A database of this test session, dropped at its end: (its URL, an AUTOCOMMIT engine)."""
+    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    name = f"cdc_test_{uuid.uuid4().hex[:16]}"
     try:
-        with engine.connect() as conn:
-            conn.execute(text("SELECT 1"))
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
     except OperationalError as exc:
         pytest.fail(
             f"PostgreSQL is not reachable at {make_url(POSTGRES_ADMIN_URL).render_as_string()} "
@@ -51,25 +54,35 @@ def postgres_admin():
             f"state test runs on SQLite and on PostgreSQL. Cause: {exc.orig}",
             pytrace=False,
         )
-    yield engine
-    engine.dispose()
+    url = make_url(POSTGRES_ADMIN_URL).set(database=name)
+    session_db = create_engine(url, isolation_level="AUTOCOMMIT")
+    yield url, session_db
+    session_db.dispose()
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def state_url(request, tmp_path):
-    """The URL of an empty database of the parametrized kind."""
+    """The URL of an empty database of the parametrized kind.
+
+    On PostgreSQL each test gets a fresh schema of the session's database, made the URL's
+    search_path: as isolated as a database of its own, at a fraction of CREATE DATABASE's cost.
+    """
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'cdc_state.db'}"
         return
-    admin = request.getfixturevalue("postgres_admin")
-    name = f"cdc_test_{uuid.uuid4().hex[:16]}"
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    database_url, session_db = request.getfixturevalue("postgres_database")
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    with session_db.connect() as conn:
+        conn.execute(text(f'CREATE SCHEMA "{schema}"'))
     try:
-        yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+        url = database_url.update_query_dict({"options": f"-csearch_path={schema}"})
+        yield url.render_as_string(hide_password=False)
     finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        with session_db.connect() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
 
 
 @pytest.fixture

@@ -27,7 +27,9 @@ def at(minutes: float) -> datetime:
     return T0 + timedelta(minutes=minutes)
 
 
-def position(partition_id: str, start: datetime = T0, resume: str | None = None) -> PartitionPosition:
+def position(
+    partition_id: str, start: datetime = T0, resume: str | None = None
+) -> PartitionPosition:
     return PartitionPosition(partition_id, start, resume)
 
 

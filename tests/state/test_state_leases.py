@@ -4,6 +4,7 @@ changes nothing."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
 
@@ -15,7 +16,7 @@ from .helpers import LEASE, at, continuing, partition_states, position, window
 W0 = "window orders[2024-01-01T00:00:00.000000Z, 2024-01-01T01:00:00.000000Z)"
 
 
-def test_planning_a_window_another_run_holds_names_the_holder_and_expiry(orders, clock):
+def test_planning_a_window_another_run_holds_names_the_holder_and_expiry(orders):
     held = orders.plan_window(window(0), "run-1", LEASE, [position("p1")])
     with pytest.raises(WindowLeaseHeldError) as raised:
         orders.plan_window(window(0), "run-2", LEASE, [position("p1")])
@@ -48,7 +49,7 @@ def test_a_run_whose_window_was_taken_over_cannot_commit_and_changes_nothing(ord
         orders.commit_window(window(0), "run-1", [continuing("p1", at(60), "tok-run-1")])
 
     assert str(raised.value).startswith(
-        f"'run-1' cannot move {W0} to COMMITTED: the window is now held by 'run-2' (attempt 2"
+        f"'run-1' cannot commit {W0}: the window is now held by 'run-2' (attempt 2"
     )
     assert "Nothing was changed" in str(raised.value)
     assert orders.get_window("orders", window(0).start).state == WindowState.EXTRACTED
@@ -59,7 +60,9 @@ def test_a_run_cannot_commit_on_its_own_expired_lease(orders, clock):
     orders.plan_window(window(0), "run-1", 60, [position("p1")])
     orders.mark_extracted(window(0), "run-1", 101)
     clock.advance(60)  # expiry is exclusive: at the instant it expires the lease is gone
-    with pytest.raises(LeaseLostError, match=re.escape("its lease expired at 2030-01-01T12:01:00.000000Z")):
+    with pytest.raises(
+        LeaseLostError, match=re.escape("its lease expired at 2030-01-01T12:01:00.000000Z")
+    ):
         orders.commit_window(window(0), "run-1", [continuing("p1", at(60))])
     assert orders.get_window("orders", window(0).start).state == WindowState.EXTRACTED
 
@@ -69,15 +72,20 @@ def test_renewing_an_expired_lease_nobody_took_over_lets_the_run_commit(orders, 
     orders.mark_extracted(window(0), "run-1", 101)
     clock.advance(90)
     renewed = orders.renew_lease(window(0), "run-1", 60)
-    assert renewed.lease_expires_at == at(0).replace(year=2030, hour=12, minute=2, second=30)
-    assert orders.commit_window(window(0), "run-1", [continuing("p1", at(60))]).state == WindowState.COMMITTED
+    assert renewed.lease_expires_at == clock.now + timedelta(seconds=60)
+    assert (
+        orders.commit_window(window(0), "run-1", [continuing("p1", at(60))]).state
+        == WindowState.COMMITTED
+    )
 
 
 def test_a_run_cannot_renew_a_lease_another_run_took_over(orders, clock):
     orders.plan_window(window(0), "run-1", 60, [position("p1")])
     clock.advance(61)
     orders.plan_window(window(0), "run-2", LEASE)
-    with pytest.raises(LeaseLostError, match="'run-1' cannot renew the lease on .* now held by 'run-2'"):
+    with pytest.raises(
+        LeaseLostError, match="'run-1' cannot renew the lease on .* now held by 'run-2'"
+    ):
         orders.renew_lease(window(0), "run-1", 60)
 
 
@@ -99,5 +107,8 @@ def test_failing_a_window_releases_its_lease_for_the_next_run(orders):
 def test_a_failed_window_lease_cannot_be_renewed(orders):
     orders.plan_window(window(0), "run-1", LEASE, [position("p1")])
     orders.mark_failed(window(0), "run-1", "boom")
-    with pytest.raises(LeaseLostError, match="the window is FAILED and its lease was released; plan the window again"):
+    with pytest.raises(
+        LeaseLostError,
+        match="the window is FAILED and its lease was released; plan the window again",
+    ):
         orders.renew_lease(window(0), "run-1", LEASE)

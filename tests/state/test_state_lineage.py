@@ -8,7 +8,17 @@ import pytest
 from airflow_cdc.model import PartitionState
 from airflow_cdc.state import OutcomeError
 
-from .helpers import LEASE, at, child, continuing, finished, partition_states, position, run_window, window
+from .helpers import (
+    LEASE,
+    at,
+    child,
+    continuing,
+    finished,
+    partition_states,
+    position,
+    run_window,
+    window,
+)
 
 
 def test_a_child_of_one_parent_is_ready_and_read_next_window_from_its_start(orders):
@@ -27,7 +37,9 @@ def test_a_child_of_one_parent_is_ready_and_read_next_window_from_its_start(orde
         window(0).start,
     )
     plan = orders.plan_window(window(1), "run-2", LEASE)
-    assert [(p.partition_id, p.start, p.parent_ids) for p in plan.positions] == [("c1", at(40), ("p1",))]
+    assert [(p.partition_id, p.start, p.parent_ids) for p in plan.positions] == [
+        ("c1", at(40), ("p1",))
+    ]
 
 
 def test_a_child_of_two_parents_is_ready_only_when_both_reported_it(orders):
@@ -39,7 +51,9 @@ def test_a_child_of_two_parents_is_ready_only_when_both_reported_it(orders):
         initial=[position("p1"), position("p2")],
     )
     assert partition_states(orders) == {"m": "CREATED", "p1": "FINISHED", "p2": "RUNNING"}
-    assert [p.partition_id for p in orders.plan_window(window(1), "run-2", LEASE).positions] == ["p2"]
+    assert [p.partition_id for p in orders.plan_window(window(1), "run-2", LEASE).positions] == [
+        "p2"
+    ]
 
     orders.mark_extracted(window(1), "run-2", 102)
     orders.commit_window(window(1), "run-2", [finished("p2", at(75), children=(merged,))])
@@ -77,7 +91,9 @@ def test_a_child_of_three_parents_waits_for_the_third_across_windows(orders):
         at(120),
         "tok-m",
     )
-    read = {r.partition_id: (r.origin, r.start, r.records) for r in orders.window_partitions(window(1))}
+    read = {
+        r.partition_id: (r.origin, r.start, r.records) for r in orders.window_partitions(window(1))
+    }
     assert read == {"p3": ("planned", at(60), 0), "m": ("child", at(50), 2)}
 
 
@@ -95,18 +111,28 @@ def test_a_child_born_and_read_in_one_window_continues_in_the_next(orders):
     )
     assert committed.counts == {"records": 4, "partitions": 3, "finished": 2, "children": 1}
     plan = orders.plan_window(window(1), "run-2", LEASE)
-    assert [(p.partition_id, p.start, p.resume_position) for p in plan.positions] == [("m", at(60), "tok-m")]
+    assert [(p.partition_id, p.start, p.resume_position) for p in plan.positions] == [
+        ("m", at(60), "tok-m")
+    ]
 
 
 def test_a_child_read_before_all_its_parents_reported_it_is_refused(orders):
     merged = child("m", at(20), "p1", "p2")
     orders.plan_window(window(0), "run-1", LEASE, [position("p1"), position("p2")])
     orders.mark_extracted(window(0), "run-1", 101)
-    with pytest.raises(OutcomeError, match=r"child 'm' was read .* before all its parents reported it \(still waiting for \['p2'\]\)"):
+    with pytest.raises(
+        OutcomeError,
+        match=r"child 'm' was read .* before all its parents reported it "
+        r"\(still waiting for \['p2'\]\)",
+    ):
         orders.commit_window(
             window(0),
             "run-1",
-            [finished("p1", at(20), children=(merged,)), continuing("p2", at(60)), continuing("m", at(60))],
+            [
+                finished("p1", at(20), children=(merged,)),
+                continuing("p2", at(60)),
+                continuing("m", at(60)),
+            ],
         )
     assert partition_states(orders) == {"p1": "READY", "p2": "READY"}
 
@@ -114,8 +140,12 @@ def test_a_child_read_before_all_its_parents_reported_it_is_refused(orders):
 def test_a_child_must_list_the_partition_that_reported_it_as_a_parent(orders):
     orders.plan_window(window(0), "run-1", LEASE, [position("p1")])
     orders.mark_extracted(window(0), "run-1", 101)
-    with pytest.raises(OutcomeError, match="partition 'p1' reported child 'c' .* parents are \\['x'\\]"):
-        orders.commit_window(window(0), "run-1", [finished("p1", at(20), children=(child("c", at(20), "x"),))])
+    with pytest.raises(
+        OutcomeError, match="partition 'p1' reported child 'c' .* parents are \\['x'\\]"
+    ):
+        orders.commit_window(
+            window(0), "run-1", [finished("p1", at(20), children=(child("c", at(20), "x"),))]
+        )
 
 
 def test_low_watermark_is_the_lowest_watermark_of_partitions_still_live(orders):
@@ -147,9 +177,14 @@ def test_purge_deletes_only_finished_partitions_older_than_the_cutoff(orders, cl
     )
     cutoff = clock.now
     clock.advance(60)
-    run_window(orders, window(1), [finished("c1", at(90)), continuing("p2", at(120))], owner="run-2")
+    run_window(
+        orders, window(1), [finished("c1", at(90)), continuing("p2", at(120))], owner="run-2"
+    )
 
-    assert orders.purge_finished_partitions("orders", older_than=cutoff + (clock.now - cutoff) / 2) == 1
+    assert (
+        orders.purge_finished_partitions("orders", older_than=cutoff + (clock.now - cutoff) / 2)
+        == 1
+    )
 
     assert partition_states(orders) == {"c1": "FINISHED", "p2": "RUNNING"}
     assert [r.partition_id for r in orders.window_partitions(window(0))] == ["p1", "p2"]

@@ -39,7 +39,9 @@ def test_next_window_reads_ready_and_running_partitions_from_their_watermarks(or
         window(0),
         [
             continuing("p1", at(60), "tok-1b"),
-            finished("p2", at(20), children=(child("c1", at(20), "p2"), child("m", at(20), "p2", "p9"))),
+            finished(
+                "p2", at(20), children=(child("c1", at(20), "p2"), child("m", at(20), "p2", "p9"))
+            ),
         ],
         initial=[position("p1"), position("p2")],
     )
@@ -71,7 +73,10 @@ def test_a_window_leaving_a_gap_after_the_latest_window_is_refused(orders):
     with pytest.raises(WindowOrderError) as raised:
         orders.plan_window(window(2), "run-3", LEASE)
     message = str(raised.value)
-    assert "window orders[2024-01-01T02:00:00.000000Z, 2024-01-01T03:00:00.000000Z) cannot start" in message
+    assert (
+        "window orders[2024-01-01T02:00:00.000000Z, 2024-01-01T03:00:00.000000Z) cannot start"
+        in message
+    )
     assert "window orders[2024-01-01T00:00:00.000000Z, 2024-01-01T01:00:00.000000Z)" in message
     assert "plan the window starting at 2024-01-01T01:00:00.000000Z first" in message
     assert len(orders.list_windows("orders")) == 1
@@ -111,7 +116,9 @@ def test_a_window_cannot_start_before_the_previous_window_committed(orders):
 def test_planning_a_committed_window_again_returns_its_recorded_plan_unchanged(orders):
     first = orders.plan_window(window(0), "run-1", LEASE, [position("p1"), position("p2")])
     orders.mark_extracted(window(0), "run-1", 11)
-    orders.commit_window(window(0), "run-1", [continuing("p1", at(60), "tok"), finished("p2", at(60))])
+    orders.commit_window(
+        window(0), "run-1", [continuing("p1", at(60), "tok"), finished("p2", at(60))]
+    )
 
     again = orders.plan_window(window(0), "run-1", LEASE, [position("other")])
 

@@ -34,7 +34,9 @@ def test_stream_ids_must_be_identifiers(store):
 
 
 def test_planning_an_unregistered_stream_says_to_register_it(store):
-    with pytest.raises(StreamNotRegisteredError, match="stream 'orders' is not registered.*register_stream"):
+    with pytest.raises(
+        StreamNotRegisteredError, match="stream 'orders' is not registered.*register_stream"
+    ):
         store.plan_window(window(0), "run-1", LEASE, [position("p1")])
 
 
@@ -42,9 +44,7 @@ def test_reset_stream_deletes_its_rows_and_leaves_other_streams_alone(store):
     store.register_stream("orders", "spanner", "fp-1")
     store.register_stream("users", "spanner", "fp-1")
     for stream in ("orders", "users"):
-        run_window(
-            store, window(0, stream), [continuing("p1", at(60))], initial=[position("p1")]
-        )
+        run_window(store, window(0, stream), [continuing("p1", at(60))], initial=[position("p1")])
 
     store.reset_stream("orders")
 

@@ -1,0 +1,124 @@
+"""Window-tagged Iceberg commits: find a window's commit, and commit SQL or appends with the tag.
+
+Every commit apply makes carries ``WINDOW_SNAPSHOT_PROPERTY = <window id>`` in its snapshot
+summary (plus the apply's own properties). A re-run of the window finds those tags and skips
+the commits already made, so each output table receives the window exactly once (I1), and
+reads the tables as they were before the window (the tagged snapshot's parent) so that what it
+recomputes for the missing commits is what the first run computed.
+
+Appends are tagged with the writer option ``snapshot-property.<key>``. SQL ``MERGE`` on the
+Iceberg 1.10 / Spark 3.5 runtime ignores the session conf ``spark.sql.iceberg.snapshot-property.*``,
+so it runs inside ``org.apache.iceberg.spark.CommitMetadata.withCommitProperties``, which
+takes a ``java.util.concurrent.Callable``: here a Python object served by py4j's callback
+server, which calls back into the same session.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+
+from airflow_cdc.model import WINDOW_SNAPSHOT_PROPERTY
+
+# The apply's bookkeeping on a target commit: what else the window commits (so a re-run can
+# tell that the window is complete without recomputing it) and the counts it reported.
+APPLY_PROPERTY = "airflow-cdc.apply"
+
+
+@dataclass(frozen=True)
+class WindowCommit:
+    """A snapshot of one table tagged with the window, and the snapshot it was made on."""
+
+    snapshot_id: int
+    parent_id: int | None
+    summary: Mapping[str, str]
+
+    def apply_properties(self) -> dict:
+        text = self.summary.get(APPLY_PROPERTY)
+        return json.loads(text) if text else {}
+
+
+def window_commit(spark: SparkSession, table: str, window_id: str) -> WindowCommit | None:
+    """The (oldest) snapshot of ``table`` tagged with ``window_id``, or None."""
+    if not spark.catalog.tableExists(table):
+        return None
+    rows = spark.sql(
+        f"SELECT snapshot_id, parent_id, summary FROM {table}.snapshots "
+        f"WHERE summary[:property] = :window_id ORDER BY committed_at LIMIT 1",
+        args={"property": WINDOW_SNAPSHOT_PROPERTY, "window_id": window_id},
+    ).collect()
+    if not rows:
+        return None
+    row = rows[0]
+    parent = None if row.parent_id is None else int(row.parent_id)
+    return WindowCommit(int(row.snapshot_id), parent, dict(row.summary or {}))
+
+
+def table_before(spark: SparkSession, table: str, commit: WindowCommit | None) -> DataFrame | None:
+    """``table`` as it was before ``commit`` (its current state when there is no commit).
+
+    None when the table did not exist or had no snapshot yet (nothing to read).
+    """
+    if not spark.catalog.tableExists(table):
+        return None
+    if commit is None:
+        return spark.table(table)
+    if commit.parent_id is None:
+        return None
+    return spark.read.option("snapshot-id", str(commit.parent_id)).table(table)
+
+
+def append_tagged(frame: DataFrame, table: str, properties: Mapping[str, str]) -> None:
+    """Append ``frame`` to ``table`` in one commit carrying ``properties``."""
+    writer = frame.writeTo(table)
+    for key, value in properties.items():
+        writer = writer.option(f"snapshot-property.{key}", value)
+    writer.append()
+
+
+class _SqlCall:
+    """A ``java.util.concurrent.Callable`` that runs one SQL statement in the session."""
+
+    def __init__(self, spark: SparkSession, statement: str) -> None:
+        self.spark = spark
+        self.statement = statement
+        self.error: BaseException | None = None
+
+    def call(self) -> None:
+        try:
+            self.spark.sql(self.statement)
+        except BaseException as error:  # re-raised in Python below, with its own traceback
+            self.error = error
+        return None
+
+    class Java:
+        implements = ["java.util.concurrent.Callable"]
+
+
+def sql_tagged(spark: SparkSession, statement: str, properties: Mapping[str, str]) -> None:
+    """Run ``statement`` (a MERGE, UPDATE, DELETE ...) so its commit carries ``properties``."""
+    from pyspark.java_gateway import ensure_callback_server_started
+
+    context = spark.sparkContext
+    ensure_callback_server_started(context._gateway)
+    jvm = context._jvm
+    java_properties = jvm.java.util.HashMap()
+    for key, value in properties.items():
+        java_properties.put(key, value)
+    call = _SqlCall(spark, statement)
+    jvm.org.apache.iceberg.spark.CommitMetadata.withCommitProperties(
+        java_properties, call, jvm.java.lang.RuntimeException._java_lang_class
+    )
+    if call.error is not None:
+        raise call.error
+
+
+def window_properties(window_id: str, extra: Mapping[str, object] | None = None) -> dict[str, str]:
+    """The snapshot properties of one of the window's commits."""
+    properties = {WINDOW_SNAPSHOT_PROPERTY: window_id}
+    if extra:
+        properties[APPLY_PROPERTY] = json.dumps(dict(extra), sort_keys=True)
+    return properties

@@ -1,0 +1,237 @@
+"""The apply job's configuration: what to read, where to write, and the per-pipeline policies.
+
+The same JSON object drives :func:`spark_jobs.apply.apply_window` (as a dict) and
+``spark_jobs/apply_job.py`` (as a file)::
+
+    {
+      "catalog": "lake",
+      "catalog_conf": {"spark.sql.catalog.lake.warehouse": "..."},   # apply_job.py only
+      "stream": "orders",
+      "window_id": "2024-05-01T10:00:00.000000Z/2024-05-01T11:00:00.000000Z",
+      "window_end": "2024-05-01T11:00:00.000000Z",        # optional: from window_id
+      "changelog_table": "cdc.orders_changelog",
+      "targets": {
+        "namespace": "current",                              # target tables live here
+        "mapping": {"Singers": "singers", "Albums": "music.albums"},
+        "history": ["Singers"],                              # or true / false (default)
+        "dead_letter_table": "cdc.orders_dead_letters"      # default <namespace>.<stream>_dead_letters
+      },
+      "policies": {
+        "on_dead_letter": "fail",                            # or "continue"
+        "tombstone_horizon_seconds": 604800                  # 7 days (default)
+      },
+      "result": "/path/result.json",                         # apply_job.py only
+      "fault_point": null                                    # tests: "after_target_commit" ...
+    }
+
+Table names are ``<namespace>.<name>`` inside ``catalog``; a mapping value without a dot is a
+name in ``targets.namespace``. A source table without a mapping keeps its own name when that is
+an identifier; otherwise its rows are dead-lettered with a reason that says to map it.
+Tombstones and history live beside each target as ``<target>__tombstones`` and
+``<target>__history``.
+
+Every name is validated here, before any SQL is built and before Spark starts. Pure Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from airflow_cdc.model import CdcError, InvalidIdentifierError, parse_ts, validate_identifier
+
+ON_DEAD_LETTER = ("fail", "continue")
+DEFAULT_TOMBSTONE_HORIZON = timedelta(days=7)
+TOMBSTONES_SUFFIX = "__tombstones"
+HISTORY_SUFFIX = "__history"
+# Where the job may be told to stop on purpose (crash tests): right after the named commit.
+FAULT_POINTS = (
+    "after_dead_letter_commit",
+    "after_target_commit",
+    "after_tombstone_commit",
+    "after_history_commit",
+)
+
+
+class ApplyConfigError(CdcError, ValueError):
+    """The apply job's configuration is incomplete or names something that cannot be used."""
+
+
+@dataclass(frozen=True)
+class TableName:
+    """``<catalog>.<namespace>.<name>``, each part a validated identifier."""
+
+    catalog: str
+    namespace: str
+    name: str
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.catalog}.{self.namespace}.{self.name}"
+
+    @property
+    def sql(self) -> str:
+        return f"`{self.catalog}`.`{self.namespace}`.`{self.name}`"
+
+    def with_suffix(self, suffix: str) -> TableName:
+        name = validate_identifier("Iceberg table name", self.name + suffix)
+        return TableName(self.catalog, self.namespace, name)
+
+    def __str__(self) -> str:
+        return self.qualified
+
+
+@dataclass(frozen=True)
+class ApplyConfig:
+    """One apply run: one stream, one window, every source table found in it."""
+
+    catalog: str
+    stream: str
+    window_id: str
+    window_end: datetime
+    changelog_table: TableName
+    target_namespace: str
+    mapping: Mapping[str, TableName] = field(default_factory=dict)
+    history: bool | frozenset[str] = False
+    dead_letter_table: TableName | None = None
+    on_dead_letter: str = "fail"
+    tombstone_horizon: timedelta = DEFAULT_TOMBSTONE_HORIZON
+    fault_point: str | None = None
+
+    @property
+    def tombstone_cutoff(self) -> datetime:
+        """Tombstones whose delete committed before this instant are purged (I3's horizon).
+
+        Measured from the window's end, not the wall clock, so a re-run purges exactly what
+        the first run purged.
+        """
+        return self.window_end - self.tombstone_horizon
+
+    def target_for(self, source_table: str) -> TableName:
+        """The target of ``source_table``; InvalidIdentifierError when it has no usable name."""
+        if source_table in self.mapping:
+            return self.mapping[source_table]
+        name = validate_identifier(
+            f"source table (no entry in targets.mapping, so its target would be named after it)",
+            source_table,
+        )
+        return TableName(self.catalog, self.target_namespace, name)
+
+    def history_enabled(self, source_table: str) -> bool:
+        if isinstance(self.history, bool):
+            return self.history
+        return source_table in self.history
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> ApplyConfig:
+        """Parse and validate the JSON object described in the module doc."""
+        if not isinstance(data, Mapping):
+            raise ApplyConfigError(f"apply config must be a JSON object, got {type(data).__name__}")
+        try:
+            return cls._from_dict(data)
+        except InvalidIdentifierError as error:
+            raise ApplyConfigError(f"apply config: {error}") from None
+
+    @classmethod
+    def _from_dict(cls, data: Mapping[str, object]) -> ApplyConfig:
+        catalog = validate_identifier("Iceberg catalog name", data.get("catalog") or "lake")
+        stream = validate_identifier("stream id", _required(data, "stream"))
+        window_id = str(_required(data, "window_id"))
+        window_end = _window_end(window_id, data.get("window_end"))
+        changelog = _table(catalog, str(_required(data, "changelog_table")), None, "changelog_table")
+        targets = data.get("targets") or {}
+        policies = data.get("policies") or {}
+        if not isinstance(targets, Mapping) or not isinstance(policies, Mapping):
+            raise ApplyConfigError("apply config: 'targets' and 'policies' must be JSON objects")
+        namespace = validate_identifier("target namespace", _required(targets, "namespace", "targets."))
+        mapping_in = targets.get("mapping") or {}
+        if not isinstance(mapping_in, Mapping):
+            raise ApplyConfigError("apply config: targets.mapping must map source tables to target names")
+        mapping = {
+            str(source): _table(catalog, str(target), namespace, f"targets.mapping[{source!r}]")
+            for source, target in mapping_in.items()
+        }
+        seen: dict[str, str] = {}
+        for source, target in mapping.items():
+            if target.qualified.lower() in seen:
+                raise ApplyConfigError(
+                    f"apply config: source tables {seen[target.qualified.lower()]!r} and {source!r} "
+                    f"both map to {target}: give each source table its own target"
+                )
+            seen[target.qualified.lower()] = source
+        history = targets.get("history", False)
+        if isinstance(history, (list, tuple)):
+            history = frozenset(str(name) for name in history)
+        elif not isinstance(history, bool):
+            raise ApplyConfigError(
+                f"apply config: targets.history {history!r} must be true, false or a list of "
+                f"source table names"
+            )
+        dead_letters = targets.get("dead_letter_table") or f"{namespace}.{stream}_dead_letters"
+        dead_letter_table = _table(catalog, str(dead_letters), None, "targets.dead_letter_table")
+        on_dead_letter = str(policies.get("on_dead_letter", "fail"))
+        if on_dead_letter not in ON_DEAD_LETTER:
+            raise ApplyConfigError(
+                f"apply config: policies.on_dead_letter {on_dead_letter!r} is not one of "
+                f"{list(ON_DEAD_LETTER)}: 'fail' fails the window when any row is dead-lettered, "
+                f"'continue' applies the rest"
+            )
+        horizon = policies.get("tombstone_horizon_seconds", DEFAULT_TOMBSTONE_HORIZON.total_seconds())
+        if isinstance(horizon, bool) or not isinstance(horizon, (int, float)) or horizon < 0:
+            raise ApplyConfigError(
+                f"apply config: policies.tombstone_horizon_seconds {horizon!r} must be a "
+                f"non-negative number of seconds"
+            )
+        fault_point = data.get("fault_point")
+        if fault_point is not None and fault_point not in FAULT_POINTS:
+            raise ApplyConfigError(
+                f"apply config: fault_point {fault_point!r} is not one of {list(FAULT_POINTS)}"
+            )
+        return cls(
+            catalog=catalog,
+            stream=stream,
+            window_id=window_id,
+            window_end=window_end,
+            changelog_table=changelog,
+            target_namespace=namespace,
+            mapping=mapping,
+            history=history,
+            dead_letter_table=dead_letter_table,
+            on_dead_letter=on_dead_letter,
+            tombstone_horizon=timedelta(seconds=float(horizon)),
+            fault_point=fault_point,
+        )
+
+
+def _required(data: Mapping[str, object], key: str, prefix: str = "") -> object:
+    value = data.get(key)
+    if value in (None, ""):
+        raise ApplyConfigError(f"apply config: {prefix}{key} is missing")
+    return value
+
+
+def _table(catalog: str, text: str, default_namespace: str | None, what: str) -> TableName:
+    parts = text.split(".")
+    if len(parts) == 1 and default_namespace is not None:
+        parts = [default_namespace, parts[0]]
+    if len(parts) != 2:
+        raise ApplyConfigError(
+            f"apply config: {what} {text!r} is not <namespace>.<name>"
+            + (" or <name>" if default_namespace is not None else "")
+            + f" (the catalog is {catalog!r})"
+        )
+    namespace = validate_identifier(f"{what} namespace", parts[0])
+    name = validate_identifier(f"{what} name", parts[1])
+    return TableName(catalog, namespace, name)
+
+
+def _window_end(window_id: str, explicit: object) -> datetime:
+    text = explicit if explicit else window_id.rpartition("/")[2]
+    try:
+        return parse_ts(str(text))
+    except (TypeError, ValueError):
+        raise ApplyConfigError(
+            f"apply config: cannot tell the window's end from window_id {window_id!r}: use "
+            f"Window.window_id ('<start>/<end>') or give window_end as ISO-8601 UTC text"
+        ) from None

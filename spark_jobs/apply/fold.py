@@ -1,0 +1,305 @@
+"""Fold one source table's window of changes into one outcome per key, in one Spark pass.
+
+Procedure (:func:`fold_table`):
+
+1. Parse (:func:`parse_changes`): keys and new values are read as ``map<string,string>``, so a
+   column set to NULL (present, null) differs from a column a partial image leaves out
+   (absent). Key and value texts become the target's types. A row gets a reason when it
+   cannot be applied as written: unknown op or image, a bad ``column_types`` declaration
+   (see ``schema.py``), a value that does not convert, a column no declaration types. Rows
+   whose key-column set is not the target's are *orphans*: they address no target row.
+2. Order (one shuffle by key, one sort by ordering key): each change is compared with the
+   previous change of its key. The same ordering key with the same content is a redelivery
+   (applied once); with different content it is a clash, a source bug that is reported and
+   never resolved by arrival order.
+3. Guard: the key's ordering key in the target or its tombstone (read as they were before
+   this window). Only changes with a greater ordering key are *live*; the others lost already
+   (re-runs, late older changes: I2, I3).
+4. Fold (one aggregate per key): a *reset* (INSERT, READ, DELETE, or any FULL image) replaces
+   the whole row; a PARTIAL image sets only the columns it carries. So each column's folded
+   value is the value from the live change with the greatest ordering key among the resets
+   and the partial images carrying that column (``max_by``), and a column no live change
+   touches keeps the target's value.
+5. Decide, per key: ``DELETE`` when the last live change is a delete; ``UPSERT`` when a
+   non-delete reset is the latest reset; ``PATCH`` (partial images onto the target row) when
+   there is no reset and the target holds the key; ``STALE`` when nothing is live; ``DEAD``
+   when the changes cannot be applied correctly: a clash, a row with a reason, partial
+   images for a key the target does not hold, or partial images after a delete. A dead key
+   sends all of its window's rows to the dead-letter table and changes nothing, so a target
+   row never reflects half of a key's changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+
+from airflow_cdc.model import CHANGELOG_COLUMNS
+from spark_jobs.apply.schema import TablePlan
+from spark_jobs.apply.values import bad_value, typed_value
+
+OPS = ("INSERT", "UPDATE", "DELETE", "READ")
+IMAGES = ("FULL", "PARTIAL")
+ACTIONS = ("UPSERT", "PATCH", "DELETE", "STALE", "DEAD")
+_RAW_COLUMNS = [name for name, _ in CHANGELOG_COLUMNS]
+_REASON_TEXT_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class FoldColumns:
+    """Internal names of the folded frame's value columns: business column -> (value, set flag)."""
+
+    keys: dict[str, str]
+    values: dict[str, tuple[str, str]]
+
+
+def fold_columns(plan: TablePlan) -> FoldColumns:
+    return FoldColumns(
+        keys={name: f"k{i}" for i, name in enumerate(plan.key_names)},
+        values={name: (f"__v{i}", f"__s{i}") for i, name in enumerate(plan.columns)},
+    )
+
+
+def _text(value: Column) -> Column:
+    """A value quoted for a reason: 'text' (cut at 200 characters) or NULL."""
+    return F.coalesce(F.concat(F.lit("'"), F.substring(value, 1, _REASON_TEXT_LIMIT), F.lit("'")), F.lit("NULL"))
+
+
+def _names(values: Column) -> Column:
+    return F.concat(F.lit("["), F.array_join(values, ", "), F.lit("]"))
+
+
+def parse_changes(rows: DataFrame, plan: TablePlan) -> DataFrame:
+    """Step 1: the raw changelog columns plus typed keys, typed values and a row reason."""
+    names = fold_columns(plan)
+    keys_map = F.from_json("keys_json", "map<string,string>")
+    values_map = F.from_json("new_values_json", "map<string,string>")
+    parsed = rows.select(*_RAW_COLUMNS).withColumn("__km", keys_map).withColumn("__vm", values_map)
+    km, vm = F.col("__km"), F.col("__vm")
+    op, image = F.col("op"), F.col("image")
+    is_delete = op == "DELETE"
+    is_reset = op.isin("INSERT", "READ", "DELETE") | (image == "FULL")
+    expected_keys = sorted(plan.key_names)
+    key_names = F.array_sort(F.map_keys(km))
+    key_fits = F.coalesce(key_names == F.array(*[F.lit(k) for k in expected_keys]), F.lit(False))
+
+    reasons: list[Column] = [
+        F.when(~op.isin(*OPS) | op.isNull(), F.concat(F.lit("op "), _text(op), F.lit(" is not one of " + ", ".join(OPS)))),
+        F.when(
+            ~is_delete & (~image.isin(*IMAGES) | image.isNull()),
+            F.concat(F.lit("image "), _text(image), F.lit(" is not FULL or PARTIAL")),
+        ),
+    ]
+    for reason, declarations in _group_by_reason(plan.bad_declarations).items():
+        known = [d for d in declarations if d is not None]
+        condition = F.col("column_types_json").isin(*known) if known else F.lit(False)
+        if None in declarations:
+            condition = condition | F.col("column_types_json").isNull()
+        reasons.append(F.when(condition, F.lit(reason)))
+    reasons.append(
+        F.when(
+            F.col("new_values_json").isNotNull() & vm.isNull(),
+            F.lit("new_values_json is not a JSON object of column values"),
+        )
+    )
+    known_columns = list(plan.columns) + list(plan.key_names)
+    undeclared = F.filter(F.map_keys(vm), lambda name: ~name.isin(*known_columns))
+    reasons.append(
+        F.when(
+            F.size(undeclared) > 0,
+            F.concat(
+                F.lit("new_values has column(s) "),
+                _names(undeclared),
+                F.lit(f" that no column_types of {plan.source_table!r} in this window declares"),
+            ),
+        )
+    )
+    for name in plan.key_names:
+        raw = km.getItem(name)
+        reasons.append(
+            F.when(
+                bad_value(raw, plan.key_types[name]),
+                F.concat(F.lit(f"key column {name!r} value "), _text(raw), F.lit(f" is not a {plan.key_types[name]}")),
+            )
+        )
+    for name, spark_type in plan.columns.items():
+        raw = vm.getItem(name)
+        reasons.append(
+            F.when(
+                ~is_delete & bad_value(raw, spark_type),
+                F.concat(F.lit(f"column {name!r} value "), _text(raw), F.lit(f" is not a {spark_type}")),
+            )
+        )
+    key = F.struct(
+        *[typed_value(km.getItem(k), plan.key_types[k]).alias(names.keys[k]) for k in plan.key_names]
+    )
+    orphan_reason = F.when(km.isNull(), F.lit("keys_json is not a JSON object of key columns")).otherwise(
+        F.concat(
+            F.lit("key columns "),
+            _names(key_names),
+            F.lit(
+                f" differ from the key columns {expected_keys} of target {plan.target}: the row "
+                f"cannot be matched to a target row"
+            ),
+        )
+    )
+    parsed = parsed.select(
+        *_RAW_COLUMNS,
+        key.alias("__key"),
+        key_fits.alias("__key_fits"),
+        orphan_reason.alias("__orphan_reason"),
+        F.coalesce(*reasons).alias("__row_reason"),
+        is_delete.alias("__is_delete"),
+        is_reset.alias("__is_reset"),
+        F.xxhash64("op", "image", "new_values_json", "commit_ts").alias("__h"),
+        *[
+            (is_reset | F.coalesce(F.map_contains_key(vm, name), F.lit(False))).alias(names.values[name][1])
+            for name in plan.columns
+        ],
+        *[
+            F.when(~is_delete, typed_value(vm.getItem(name), spark_type)).alias(names.values[name][0])
+            for name, spark_type in plan.columns.items()
+        ],
+    )
+    return parsed
+
+
+def _group_by_reason(bad: dict[str | None, str]) -> dict[str, list[str | None]]:
+    grouped: dict[str, list[str | None]] = {}
+    for declaration, reason in bad.items():
+        grouped.setdefault(reason, []).append(declaration)
+    return grouped
+
+
+def ordered_changes(parsed: DataFrame, guard: DataFrame | None) -> DataFrame:
+    """Steps 2-3: redelivery and clash flags, and liveness against the guard."""
+    by_key = Window.partitionBy("__key").orderBy("ordering_key", "__h")
+    same_seq = F.coalesce(F.lag("ordering_key").over(by_key) == F.col("ordering_key"), F.lit(False))
+    same_content = F.coalesce(F.lag("__h").over(by_key) == F.col("__h"), F.lit(False))
+    changes = (
+        parsed.where("__key_fits")
+        .withColumn("__redelivered", same_seq & same_content)
+        .withColumn("__clash", same_seq & ~same_content)
+    )
+    if guard is None:
+        changes = changes.select(
+            "*",
+            F.lit(None).cast("binary").alias("__guard_seq"),
+            F.lit(False).alias("__in_target"),
+            F.lit(False).alias("__tombstoned"),
+        )
+    else:
+        changes = changes.join(guard, "__key", "left").fillna(False, ["__in_target", "__tombstoned"])
+    live = (F.col("__guard_seq").isNull() | (F.col("ordering_key") > F.col("__guard_seq"))) & ~F.col("__redelivered")
+    return changes.withColumn("__live", live)
+
+
+def guard_frame(plan: TablePlan, target_before: DataFrame | None, tombstones_before: DataFrame | None) -> DataFrame | None:
+    """Per key: the ordering key the target or its tombstone holds (before this window)."""
+    names = fold_columns(plan)
+
+    def keyed(frame: DataFrame, seq_name: str) -> DataFrame:
+        key = F.struct(*[F.col(f"`{k}`").cast(plan.key_types[k]).alias(names.keys[k]) for k in plan.key_names])
+        return frame.select(key.alias("__key"), F.col("_cdc_seq").alias(seq_name))
+
+    sides = []
+    if target_before is not None:
+        sides.append(keyed(target_before, "__tseq"))
+    if tombstones_before is not None:
+        sides.append(keyed(tombstones_before, "__dseq"))
+    if not sides:
+        return None
+    if len(sides) == 1:
+        frame = sides[0]
+        present = "__tseq" if target_before is not None else "__dseq"
+        return frame.select(
+            "__key",
+            F.col(present).alias("__guard_seq"),
+            F.lit(present == "__tseq").alias("__in_target"),
+            F.lit(present == "__dseq").alias("__tombstoned"),
+        )
+    both = sides[0].join(sides[1], "__key", "full")
+    return both.select(
+        "__key",
+        F.greatest("__tseq", "__dseq").alias("__guard_seq"),
+        F.col("__tseq").isNotNull().alias("__in_target"),
+        F.col("__dseq").isNotNull().alias("__tombstoned"),
+    )
+
+
+def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
+    """Steps 4-5: one row per key with its action, reason, folded values and _cdc_* values."""
+    names = fold_columns(plan)
+    live = F.col("__live")
+    seq = F.col("ordering_key")
+    live_seq = F.when(live, seq)
+    reset_seq = F.when(live & F.col("__is_reset"), seq)
+    aggregates = [
+        F.count(F.lit(1)).alias("__changes"),
+        F.count_if(~live).alias("__not_live"),
+        F.max("__clash").alias("__clash"),
+        F.min("__row_reason").alias("__row_reason"),
+        F.max("__in_target").alias("__in_target"),
+        F.max("__tombstoned").alias("__tombstoned"),
+        F.max(live_seq).alias("__seq"),
+        F.max_by("op", live_seq).alias("__last_op"),
+        F.max_by("commit_ts", live_seq).alias("__commit_ts"),
+        F.max(reset_seq).alias("__reset_seq"),
+        F.max_by("__is_delete", reset_seq).alias("__reset_is_delete"),
+    ]
+    for name in plan.columns:
+        value, touched = names.values[name]
+        aggregates.append(F.max(live & F.col(touched)).alias(touched))
+        aggregates.append(F.max_by(value, F.when(live & F.col(touched), seq)).alias(value))
+    folded = changes.groupBy("__key").agg(*aggregates)
+
+    clash, reason = F.col("__clash"), F.col("__row_reason")
+    in_target = F.col("__in_target")
+    has_reset = F.col("__reset_seq").isNotNull()
+    target_name = str(plan.target)
+    key_reason = (
+        F.when(
+            clash,
+            F.lit(
+                "two different changes of this key have the same ordering key (a source bug): "
+                "apply never orders them by arrival; fix the source's ordering key and replay"
+            ),
+        )
+        .when(reason.isNotNull(), F.concat(F.lit("a change of this key in the window is bad: "), reason))
+        .when(F.col("__seq").isNull(), F.lit(None))
+        .when(F.col("__last_op") == "DELETE", F.lit(None))
+        .when(
+            ~has_reset & ~in_target,
+            F.lit(
+                f"partial update (PARTIAL image) for a key that target {target_name} does not hold: "
+                f"the row's other columns are unknown, so it cannot be applied (the source's "
+                f"earlier changes of this key are missing)"
+            ),
+        )
+        .when(
+            F.col("__reset_is_delete"),
+            F.lit("partial update (PARTIAL image) after a delete of the key in the same window: it cannot be applied"),
+        )
+    )
+    action = (
+        F.when(key_reason.isNotNull(), F.lit("DEAD"))
+        .when(F.col("__seq").isNull(), F.lit("STALE"))
+        .when(F.col("__last_op") == "DELETE", F.lit("DELETE"))
+        .when(has_reset, F.lit("UPSERT"))
+        .otherwise(F.lit("PATCH"))
+    )
+    return folded.withColumn("__key_reason", key_reason).withColumn("__action", action)
+
+
+def dead_letter_rows(parsed: DataFrame, folded: DataFrame) -> DataFrame:
+    """The raw rows of dead keys and orphan rows, each with its reason (changelog columns + reason)."""
+    dead_keys = folded.where(F.col("__action") == "DEAD").select("__key", "__key_reason")
+    of_dead_keys = (
+        parsed.where("__key_fits")
+        .join(dead_keys, "__key", "inner")
+        .select(*_RAW_COLUMNS, F.coalesce("__row_reason", "__key_reason").alias("reason"))
+    )
+    orphans = parsed.where(~F.col("__key_fits")).select(*_RAW_COLUMNS, F.col("__orphan_reason").alias("reason"))
+    return of_dead_keys.unionByName(orphans)

@@ -1,0 +1,364 @@
+"""Apply one window of one stream's changelog to current-state Iceberg tables, exactly once.
+
+Procedure (:func:`apply_window`):
+
+1. Read the window's changelog rows (``stream``, ``window_id``) and one small aggregate of
+   them: the distinct source tables, column declarations and key-column sets.
+2. Plan each source table (``schema.plan_tables``): its target, key columns, typed columns
+   and the declarations whose rows are dead letters.
+3. Per table, find the window's earlier commits (a re-run). A table whose target commit and
+   every commit that commit announced are present is done: nothing is recomputed. Otherwise
+   the target and tombstones are read *as they were before the window* (the tagged commit's
+   parent, or the current state when untagged), and the table's changes are folded per key
+   (``fold.py``) into a cached frame of one outcome per key.
+4. Dead letters of every table are appended in one tagged commit (unless the window's
+   commit exists). With ``on_dead_letter = fail`` (the default) the job then stops with
+   :class:`DeadLettersError`, before any target changes: the window fails, visibly.
+5. Per table, in this order, each only if the window's commit is not there yet: create or
+   evolve the tables, MERGE the target, MERGE the tombstones (with the purge), MERGE the
+   history. A crash between any two commits is repaired by running the window again: the
+   re-run recomputes the same outcome from the same pre-window state and makes only the
+   missing commits, so the tables end as after one clean run (I1).
+
+Exactly once thus rests on both mechanisms: window tags decide which commits are missing,
+and the ordering-key guard (target ``_cdc_seq`` and tombstones) makes any change that is
+re-applied or arrives late lose (I2, I3).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from airflow_cdc.model import CdcError
+from spark_jobs.apply.commits import (
+    WindowCommit,
+    append_tagged,
+    table_before,
+    window_commit,
+    window_properties,
+)
+from spark_jobs.apply.config import ApplyConfig
+from spark_jobs.apply.dead_letters import create_dead_letter_table, in_table_order
+from spark_jobs.apply.fold import dead_letter_rows, fold_table, guard_frame, ordered_changes, parse_changes
+from spark_jobs.apply.schema import Declaration, TablePlan, plan_tables, prepare_target
+from spark_jobs.apply.targets import merge_history, merge_target, merge_tombstones
+
+
+class ApplyError(CdcError):
+    """The apply job cannot run as configured (missing catalog or changelog table)."""
+
+
+class DeadLettersError(CdcError):
+    """The window has dead letters and its policy is ``fail``; carries the job's result."""
+
+    def __init__(self, message: str, result: ApplyResult) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class InjectedFault(CdcError):
+    """Raised at the configured ``fault_point`` (crash tests)."""
+
+
+@dataclass
+class TableResult:
+    """What apply did to one source table's target in this window."""
+
+    source_table: str | None
+    target_table: str | None
+    changes: int = 0
+    upserts: int = 0
+    patches: int = 0
+    deletes: int = 0
+    superseded_changes: int = 0
+    dead_letter_rows: int = 0
+    dead_keys: int = 0
+    clashing_keys: int = 0
+    added_columns: list[str] = field(default_factory=list)
+    widened_columns: list[str] = field(default_factory=list)
+    target_snapshot_id: int | None = None
+    tombstone_snapshot_id: int | None = None
+    history_snapshot_id: int | None = None
+    already_applied: bool = False
+
+
+@dataclass
+class ApplyResult:
+    stream: str
+    window_id: str
+    status: str  # "applied" or "failed" (dead letters under the fail policy)
+    dead_letter_table: str
+    dead_letter_rows: int = 0
+    dead_letter_snapshot_id: int | None = None
+    tables: list[TableResult] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    def table(self, source_table: str) -> TableResult:
+        for table in self.tables:
+            if table.source_table == source_table:
+                return table
+        raise KeyError(f"source table {source_table!r} was not in window {self.window_id!r}")
+
+
+@dataclass
+class _TableWork:
+    plan: TablePlan
+    result: TableResult
+    commits: dict[str, WindowCommit | None] = field(default_factory=dict)
+    folded: DataFrame | None = None
+    changes: DataFrame | None = None
+    target_before: DataFrame | None = None
+    dead_letters: DataFrame | None = None
+    purge_due: bool = False
+    deletes_in_target: int = 0
+    revives: int = 0
+    cached: list[DataFrame] = field(default_factory=list)
+
+
+def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]) -> ApplyResult:
+    """Apply the window ``config`` names; see the module doc. Returns the counts and snapshot ids."""
+    if not isinstance(config, ApplyConfig):
+        config = ApplyConfig.from_dict(config)
+    _require_catalog(spark, config.catalog)
+    changelog = config.changelog_table.qualified
+    if not spark.catalog.tableExists(changelog):
+        raise ApplyError(
+            f"changelog table {changelog} does not exist: the extract step creates it; check "
+            f"changelog_table and the catalog's warehouse"
+        )
+    rows = spark.table(changelog).where(
+        (F.col("window_id") == F.lit(config.window_id)) & (F.col("stream") == F.lit(config.stream))
+    )
+    plans = plan_tables(spark, config, _declarations(rows))
+    result = ApplyResult(
+        stream=config.stream,
+        window_id=config.window_id,
+        status="applied",
+        dead_letter_table=config.dead_letter_table.qualified,
+    )
+    works: list[_TableWork] = []
+    try:
+        for plan in plans:
+            work = _fold(spark, config, plan, rows)
+            works.append(work)
+            result.tables.append(work.result)
+        _commit_dead_letters(spark, config, works, result)
+        if result.dead_letter_rows and config.on_dead_letter == "fail":
+            result.status = "failed"
+            raise DeadLettersError(
+                f"window {config.window_id!r} of stream {config.stream!r} has "
+                f"{result.dead_letter_rows} dead-lettered change row(s) (see "
+                f"{config.dead_letter_table}, column reason); policy on_dead_letter='fail' "
+                f"stops it before any target changes. Fix the cause, or set "
+                f"policies.on_dead_letter='continue' to apply the rest, and run the window again",
+                result,
+            )
+        for work in works:
+            _commit_table(spark, config, work)
+    finally:
+        for work in works:
+            for frame in work.cached:
+                frame.unpersist()
+    return result
+
+
+def _require_catalog(spark: SparkSession, catalog: str) -> None:
+    if spark.conf.get(f"spark.sql.catalog.{catalog}", None) is None:
+        raise ApplyError(
+            f"Spark catalog {catalog!r} is not configured in this session: start the job with "
+            f"the IcebergCatalog's conf (catalog_conf in the job config, or IcebergCatalog.spark_conf())"
+        )
+
+
+def _declarations(rows: DataFrame) -> list[Declaration]:
+    key_names = F.array_sort(F.map_keys(F.from_json("keys_json", "map<string,string>")))
+    found = (
+        rows.groupBy("source_table", "column_types_json", key_names.alias("key_names"))
+        .agg(F.count(F.lit(1)).alias("rows"), F.min("commit_ts").alias("first_commit_ts"))
+        .collect()
+    )
+    return [
+        Declaration(
+            source_table=row.source_table,
+            column_types_json=row.column_types_json,
+            key_names=None if row.key_names is None else tuple(row.key_names),
+            rows=int(row.rows),
+            first_commit_ts=row.first_commit_ts,
+        )
+        for row in found
+    ]
+
+
+def _table_rows(rows: DataFrame, source_table: str | None) -> DataFrame:
+    if source_table is None:
+        return rows.where(F.col("source_table").isNull())
+    return rows.where(F.col("source_table") == F.lit(source_table))
+
+
+def _fold(spark: SparkSession, config: ApplyConfig, plan: TablePlan, rows: DataFrame) -> _TableWork:
+    result = TableResult(
+        source_table=plan.source_table,
+        target_table=None if plan.target is None else plan.target.qualified,
+        changes=plan.rows,
+    )
+    work = _TableWork(plan=plan, result=result)
+    table_rows = _table_rows(rows, plan.source_table)
+    if plan.reason is not None:
+        work.dead_letters = table_rows.select("*", F.lit(plan.reason).alias("reason"))
+        result.dead_letter_rows = plan.rows
+        return work
+    result.added_columns = sorted(plan.added_columns)
+    result.widened_columns = sorted(plan.widened_columns)
+    work.commits = {
+        "target": window_commit(spark, plan.target.qualified, config.window_id),
+        "tombstones": window_commit(spark, plan.tombstones.qualified, config.window_id),
+        "history": window_commit(spark, plan.history_table.qualified, config.window_id) if plan.history else None,
+    }
+    if _already_applied(work):
+        recorded = work.commits["target"].apply_properties().get("counts", {})
+        for name, value in recorded.items():
+            if hasattr(result, name) and name not in ("added_columns", "widened_columns"):
+                setattr(result, name, value)
+        result.already_applied = True
+        _record_snapshots(work)
+        return work
+
+    target_before = table_before(spark, plan.target.qualified, work.commits["target"])
+    tombstones_before = table_before(spark, plan.tombstones.qualified, work.commits["tombstones"])
+    parsed = parse_changes(table_rows, plan)
+    changes = ordered_changes(parsed, guard_frame(plan, target_before, tombstones_before))
+    if plan.history:
+        changes = changes.persist(StorageLevel.MEMORY_AND_DISK)
+        work.cached.append(changes)
+    folded = fold_table(changes, plan).persist(StorageLevel.MEMORY_AND_DISK)
+    work.cached.append(folded)
+    work.folded, work.changes, work.target_before = folded, changes, target_before
+
+    counts = (
+        folded.groupBy("__action", "__in_target", "__tombstoned")
+        .agg(
+            F.count(F.lit(1)).alias("keys"),
+            F.sum("__changes").alias("changes"),
+            F.sum("__not_live").alias("not_live"),
+            F.count_if("__clash").alias("clashing"),
+        )
+        .collect()
+    )
+    for row in counts:
+        keys = int(row["keys"])
+        result.clashing_keys += int(row.clashing)
+        if row["__action"] == "DEAD":
+            result.dead_keys += keys
+            result.dead_letter_rows += int(row.changes)
+        else:
+            result.superseded_changes += int(row.not_live)
+        if row["__action"] == "UPSERT":
+            result.upserts += keys
+        elif row["__action"] == "PATCH":
+            result.patches += keys
+        elif row["__action"] == "DELETE":
+            result.deletes += keys
+            work.deletes_in_target += keys if row["__in_target"] else 0
+        if row["__action"] in ("UPSERT", "PATCH") and row["__tombstoned"]:
+            work.revives += keys
+    result.dead_letter_rows += plan.orphan_rows
+    if result.dead_letter_rows:
+        work.dead_letters = dead_letter_rows(parsed, folded)
+    work.purge_due = tombstones_before is not None and bool(
+        tombstones_before.where(F.col("_cdc_commit_ts") < F.lit(config.tombstone_cutoff)).limit(1).count()
+    )
+    return work
+
+
+def _already_applied(work: _TableWork) -> bool:
+    target = work.commits.get("target")
+    if target is None:
+        return False
+    announced = target.apply_properties()
+    if announced.get("tombstones") and work.commits.get("tombstones") is None:
+        return False
+    if announced.get("history") and work.commits.get("history") is None:
+        return False
+    return True
+
+
+def _record_snapshots(work: _TableWork) -> None:
+    for role, attribute in (
+        ("target", "target_snapshot_id"),
+        ("tombstones", "tombstone_snapshot_id"),
+        ("history", "history_snapshot_id"),
+    ):
+        commit = work.commits.get(role)
+        if commit is not None:
+            setattr(work.result, attribute, commit.snapshot_id)
+
+
+def _commit_dead_letters(spark: SparkSession, config: ApplyConfig, works: list[_TableWork], result: ApplyResult) -> None:
+    result.dead_letter_rows = sum(w.result.dead_letter_rows for w in works)
+    table = config.dead_letter_table
+    existing = window_commit(spark, table.qualified, config.window_id)
+    if existing is not None:
+        result.dead_letter_snapshot_id = existing.snapshot_id
+        return
+    frames = [
+        w.dead_letters.withColumn(
+            "target_table", F.lit(None if w.plan.target is None else w.plan.target.qualified).cast("string")
+        )
+        for w in works
+        if w.dead_letters is not None
+    ]
+    if not frames:
+        return
+    create_dead_letter_table(spark, table)
+    union = frames[0]
+    for frame in frames[1:]:
+        union = union.unionByName(frame)
+    append_tagged(in_table_order(union), table.qualified, window_properties(config.window_id))
+    committed = window_commit(spark, table.qualified, config.window_id)
+    result.dead_letter_snapshot_id = None if committed is None else committed.snapshot_id
+    _fault(config, "after_dead_letter_commit")
+
+
+def _commit_table(spark: SparkSession, config: ApplyConfig, work: _TableWork) -> None:
+    plan, result = work.plan, work.result
+    if plan.reason is not None or result.already_applied:
+        return
+    prepare_target(spark, plan, config.stream)
+    tombstones_due = bool(result.deletes or work.revives) or work.purge_due
+    history_due = plan.history and bool(result.upserts + result.patches + result.deletes)
+    target_due = bool(result.upserts + result.patches + work.deletes_in_target)
+    window_id = config.window_id
+    if work.commits["target"] is None and target_due:
+        counts = {
+            name: getattr(result, name)
+            for name in (
+                "changes", "upserts", "patches", "deletes", "superseded_changes",
+                "dead_letter_rows", "dead_keys", "clashing_keys",
+            )
+        }
+        announced = {"tombstones": tombstones_due, "history": history_due, "counts": counts}
+        merge_target(plan, work.folded, window_id, window_properties(window_id, announced))
+        work.commits["target"] = window_commit(spark, plan.target.qualified, window_id)
+        _fault(config, "after_target_commit")
+    if work.commits["tombstones"] is None and tombstones_due:
+        merge_tombstones(plan, work.folded, window_id, config.tombstone_cutoff, window_properties(window_id))
+        work.commits["tombstones"] = window_commit(spark, plan.tombstones.qualified, window_id)
+        _fault(config, "after_tombstone_commit")
+    if plan.history and work.commits["history"] is None and history_due:
+        merge_history(plan, work.changes, work.folded, work.target_before, window_id, window_properties(window_id))
+        work.commits["history"] = window_commit(spark, plan.history_table.qualified, window_id)
+        _fault(config, "after_history_commit")
+    _record_snapshots(work)
+
+
+def _fault(config: ApplyConfig, point: str) -> None:
+    if config.fault_point == point:
+        raise InjectedFault(f"injected fault {point!r} in window {config.window_id!r} (fault_point)")

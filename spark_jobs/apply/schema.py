@@ -1,0 +1,347 @@
+"""Each source table's target schema for one window: routing, typing, evolution, bad declarations.
+
+Procedure (:func:`plan_tables`), from one small aggregate of the window's changelog rows (one
+row per distinct source table x ``column_types_json`` x key-column set, with a count and the
+first commit timestamp):
+
+1. Route: the target of a source table comes from ``targets.mapping`` or its own name. A source
+   table with no usable target name is dead-lettered whole.
+2. Keys: the key columns are the target's (table property ``airflow-cdc.key-columns``) or, for
+   a new target, the key-column set most rows of the window use. Rows with another key set are
+   dead-lettered: their keys do not address the target's rows.
+3. Columns: declarations (distinct ``column_types_json``) are read in commit-timestamp order.
+   A column first seen is added (schema evolution); a type Iceberg can promote
+   (``float`` -> ``double``) widens the column; a column absent from later declarations stays
+   (never dropped). A declaration with an incompatible type change, an unsupported type or a
+   column name that is not an identifier (or is reserved, or clashes with another column but
+   for case) is bad: its rows are dead-lettered with the reason, and it changes nothing.
+4. DDL (:func:`prepare_target`): create the target, tombstone and history tables if missing,
+   then add and widen columns. Every statement is idempotent, so a re-run repeats it safely.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from pyspark.sql import SparkSession
+
+from airflow_cdc.model import InvalidIdentifierError, validate_identifier
+from airflow_cdc.pipeline.column_types import (
+    UnsupportedColumnTypeError,
+    merged_spark_type,
+    spark_sql_type,
+)
+from spark_jobs.apply.config import ApplyConfig, TableName
+
+KEY_COLUMNS_PROPERTY = "airflow-cdc.key-columns"
+CDC_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("_cdc_seq", "binary", "ordering key of the change this row reflects: bytes that sort like the source's order"),
+    ("_cdc_commit_ts", "timestamp", "source commit timestamp of that change"),
+    ("_cdc_window", "string", "id of the airflow-cdc window that applied that change"),
+)
+HISTORY_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("_cdc_op", "string", "operation of the change that made this version (INSERT, UPDATE, READ)"),
+    ("valid_from", "timestamp", "source commit timestamp from which this version holds"),
+    ("valid_to", "timestamp", "source commit timestamp of the next change of the key; NULL while current"),
+)
+_RESERVED_PREFIXES = ("_cdc_", "__")
+_RESERVED_NAMES = {"valid_from", "valid_to"}
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """One distinct (source table, column_types_json, key-column set) of the window."""
+
+    source_table: str
+    column_types_json: str | None
+    key_names: tuple[str, ...] | None
+    rows: int
+    first_commit_ts: datetime | None
+
+
+@dataclass
+class TablePlan:
+    """What apply does with one source table in this window."""
+
+    source_table: str
+    target: TableName | None
+    rows: int = 0
+    reason: str | None = None  # set: every row of the table is dead-lettered with it
+    target_exists: bool = False
+    key_names: tuple[str, ...] = ()
+    key_types: dict[str, str] = field(default_factory=dict)
+    columns: dict[str, str] = field(default_factory=dict)  # business column -> Spark type
+    existing_columns: dict[str, str] = field(default_factory=dict)
+    bad_declarations: dict[str | None, str] = field(default_factory=dict)  # column_types_json -> reason
+    bad_key_sets: dict[tuple[str, ...] | None, str] = field(default_factory=dict)
+    orphan_rows: int = 0  # rows whose key-column set is not the target's
+    history: bool = False
+
+    @property
+    def added_columns(self) -> dict[str, str]:
+        return {c: t for c, t in self.columns.items() if c not in self.existing_columns}
+
+    @property
+    def widened_columns(self) -> dict[str, str]:
+        return {
+            c: t for c, t in self.columns.items() if c in self.existing_columns and self.existing_columns[c] != t
+        }
+
+    @property
+    def tombstones(self) -> TableName:
+        assert self.target is not None
+        from spark_jobs.apply.config import TOMBSTONES_SUFFIX
+
+        return self.target.with_suffix(TOMBSTONES_SUFFIX)
+
+    @property
+    def history_table(self) -> TableName:
+        assert self.target is not None
+        from spark_jobs.apply.config import HISTORY_SUFFIX
+
+        return self.target.with_suffix(HISTORY_SUFFIX)
+
+
+@dataclass(frozen=True)
+class ExistingTarget:
+    key_names: tuple[str, ...]
+    key_types: dict[str, str]
+    columns: dict[str, str]
+
+
+def read_existing_target(spark: SparkSession, target: TableName) -> ExistingTarget | None:
+    """The key and business columns of an existing target table, or None if it is missing."""
+    if not spark.catalog.tableExists(target.qualified):
+        return None
+    properties = {row.key: row.value for row in spark.sql(f"SHOW TBLPROPERTIES {target.sql}").collect()}
+    key_names = tuple(json.loads(properties.get(KEY_COLUMNS_PROPERTY, "[]")))
+    fields = {f.name: f.dataType.simpleString() for f in spark.table(target.qualified).schema.fields}
+    cdc = {name for name, _, _ in CDC_COLUMNS}
+    return ExistingTarget(
+        key_names=key_names,
+        key_types={k: fields[k] for k in key_names if k in fields},
+        columns={c: t for c, t in fields.items() if c not in key_names and c not in cdc},
+    )
+
+
+def plan_tables(
+    spark: SparkSession, config: ApplyConfig, declarations: Iterable[Declaration]
+) -> list[TablePlan]:
+    """One :class:`TablePlan` per source table of the window (steps 1-3 of the module doc)."""
+    by_table: dict[str, list[Declaration]] = {}
+    for declaration in declarations:
+        by_table.setdefault(declaration.source_table, []).append(declaration)
+    plans = []
+    for source_table in sorted(by_table, key=lambda name: (name is None, str(name))):
+        table_declarations = by_table[source_table]
+        try:
+            if source_table is None:
+                raise InvalidIdentifierError("change rows have no source_table")
+            target = config.target_for(source_table)
+        except InvalidIdentifierError as error:
+            plans.append(
+                TablePlan(
+                    source_table=source_table,
+                    target=None,
+                    rows=sum(d.rows for d in table_declarations),
+                    reason=f"{error}; add the table to targets.mapping to name its target",
+                )
+            )
+            continue
+        existing = read_existing_target(spark, target)
+        plans.append(_plan_table(source_table, target, existing, table_declarations, config))
+    return plans
+
+
+def _plan_table(
+    source_table: str,
+    target: TableName,
+    existing: ExistingTarget | None,
+    declarations: list[Declaration],
+    config: ApplyConfig,
+) -> TablePlan:
+    plan = TablePlan(
+        source_table=source_table,
+        target=target,
+        rows=sum(d.rows for d in declarations),
+        target_exists=existing is not None,
+        history=config.history_enabled(source_table),
+    )
+    if existing is not None and existing.key_names:
+        plan.key_names = existing.key_names
+        plan.key_types = dict(existing.key_types)
+        plan.columns = dict(existing.columns)
+        plan.existing_columns = dict(existing.columns)
+    else:
+        plan.key_names = _majority_key_set(declarations)
+        if existing is not None:  # a table we did not create: keep its columns, add ours
+            plan.columns = {c: t for c, t in existing.columns.items() if c not in plan.key_names}
+            plan.existing_columns = dict(plan.columns)
+            plan.key_types = {k: t for k, t in existing.columns.items() if k in plan.key_names}
+    if not plan.key_names:
+        plan.reason = f"no change row of {source_table!r} has key columns in keys_json: rows cannot be addressed"
+        return plan
+    for name in plan.key_names:
+        problem = _column_name_problem(name)
+        if problem:
+            plan.reason = f"key column {problem}"
+            return plan
+    for declaration in declarations:
+        if declaration.key_names != plan.key_names:
+            plan.bad_key_sets[declaration.key_names] = _key_set_reason(declaration.key_names, plan)
+            plan.orphan_rows += declaration.rows
+    ordered = sorted(
+        (d for d in declarations if d.key_names == plan.key_names),
+        key=lambda d: (d.first_commit_ts is None, d.first_commit_ts or datetime.min, d.column_types_json or ""),
+    )
+    seen: set[str | None] = set()
+    for declaration in ordered:
+        if declaration.column_types_json in seen:
+            continue
+        seen.add(declaration.column_types_json)
+        reason = _apply_declaration(plan, declaration.column_types_json)
+        if reason:
+            plan.bad_declarations[declaration.column_types_json] = reason
+    missing_key_types = [k for k in plan.key_names if k not in plan.key_types]
+    if missing_key_types:
+        plan.reason = (
+            f"key column(s) {missing_key_types} of {source_table!r} have no type in any "
+            f"column_types of the window: the change rows must declare their key columns' types"
+        )
+    return plan
+
+
+def _majority_key_set(declarations: list[Declaration]) -> tuple[str, ...]:
+    counts: dict[tuple[str, ...], int] = {}
+    for declaration in declarations:
+        if declaration.key_names:
+            counts[declaration.key_names] = counts.get(declaration.key_names, 0) + declaration.rows
+    if not counts:
+        return ()
+    return min(counts, key=lambda names: (-counts[names], names))
+
+
+def _key_set_reason(key_names: tuple[str, ...] | None, plan: TablePlan) -> str:
+    if key_names is None:
+        return "keys_json is not a JSON object of key columns"
+    return (
+        f"key columns {list(key_names)} differ from the key columns {list(plan.key_names)} of "
+        f"target {plan.target}: the row cannot be matched to a target row"
+    )
+
+
+def _column_name_problem(name: str) -> str | None:
+    try:
+        validate_identifier("name", name)
+    except InvalidIdentifierError:
+        return f"name {name!r} is not an identifier: use letters, digits and _ (map or rename the source column)"
+    lowered = name.lower()
+    if lowered.startswith(_RESERVED_PREFIXES) or lowered in _RESERVED_NAMES:
+        return (
+            f"name {name!r} is reserved for apply's own columns (_cdc_*, __*, valid_from, "
+            f"valid_to): rename the source column"
+        )
+    return None
+
+
+def _apply_declaration(plan: TablePlan, column_types_json: str | None) -> str | None:
+    """Fold one declaration into ``plan``; return why it is bad (then ``plan`` is unchanged)."""
+    try:
+        declared = json.loads(column_types_json) if column_types_json else {}
+    except json.JSONDecodeError:
+        declared = None
+    if not isinstance(declared, Mapping):
+        return "column_types_json is not a JSON object of column names and types"
+    columns = dict(plan.columns)
+    key_types = dict(plan.key_types)
+    lowered = {name.lower(): name for name in (*plan.key_names, *columns)}
+    for name, source_type in declared.items():
+        problem = _column_name_problem(name)
+        if problem:
+            return f"column {problem}"
+        try:
+            spark_type = spark_sql_type(source_type)
+        except UnsupportedColumnTypeError as error:
+            return f"column {name!r}: {error}"
+        clash = lowered.get(name.lower())
+        if clash is not None and clash != name:
+            return (
+                f"column {name!r} differs from column {clash!r} only by case: Spark resolves "
+                f"names without case, so both cannot be target columns"
+            )
+        if name in plan.key_names:
+            current = key_types.get(name)
+            if current is None:
+                key_types[name] = spark_type
+            elif merged_spark_type(current, spark_type) != current:
+                return (
+                    f"key column {name!r} is {current} in the target and is now declared "
+                    f"{source_type!r} ({spark_type}): key types cannot change"
+                )
+            continue
+        current = columns.get(name)
+        if current is None:
+            columns[name] = spark_type
+            lowered[name.lower()] = name
+            continue
+        merged = merged_spark_type(current, spark_type)
+        if merged is None:
+            return (
+                f"column {name!r} is {current} in target {plan.target} and is now declared "
+                f"{source_type!r} ({spark_type}): an incompatible type change; alter the target "
+                f"(or map the column) and replay these dead letters"
+            )
+        columns[name] = merged
+    plan.columns = columns
+    plan.key_types = key_types
+    return None
+
+
+# --- DDL -----------------------------------------------------------------------------------
+def _quoted(name: str) -> str:
+    return f"`{validate_identifier('column name', name)}`"
+
+
+def _comment(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def prepare_target(spark: SparkSession, plan: TablePlan, stream: str) -> None:
+    """Create the target (and its tombstone/history tables) if missing; add and widen columns."""
+    assert plan.target is not None
+    keys = [(k, plan.key_types[k]) for k in plan.key_names]
+    business = list(plan.columns.items())
+    properties = (
+        f"'format-version' = '2', '{KEY_COLUMNS_PROPERTY}' = {_comment(json.dumps(list(plan.key_names)))}, "
+        f"'airflow-cdc.stream' = '{validate_identifier('stream id', stream)}'"
+    )
+    cdc = [f"{_quoted(n)} {t} COMMENT {_comment(c)}" for n, t, c in CDC_COLUMNS]
+    _create(spark, plan.target, [f"{_quoted(n)} {t}" for n, t in keys + business] + cdc, properties)
+    _create(spark, plan.tombstones, [f"{_quoted(n)} {t}" for n, t in keys] + cdc, properties)
+    if plan.history:
+        history = cdc + [f"{_quoted(n)} {t} COMMENT {_comment(c)}" for n, t, c in HISTORY_COLUMNS]
+        _create(spark, plan.history_table, [f"{_quoted(n)} {t}" for n, t in keys + business] + history, properties)
+    tables = [plan.target] + ([plan.history_table] if plan.history else [])
+    for table in tables:
+        _evolve(spark, table, plan.columns)
+
+
+def _create(spark: SparkSession, table: TableName, columns: list[str], properties: str) -> None:
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS `{table.catalog}`.`{table.namespace}`")
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS {table.sql} ({', '.join(columns)}) USING iceberg "
+        f"TBLPROPERTIES ({properties})"
+    )
+
+
+def _evolve(spark: SparkSession, table: TableName, columns: Mapping[str, str]) -> None:
+    current = {f.name: f.dataType.simpleString() for f in spark.table(table.qualified).schema.fields}
+    missing = [f"{_quoted(n)} {t}" for n, t in columns.items() if n not in current]
+    if missing:
+        spark.sql(f"ALTER TABLE {table.sql} ADD COLUMNS ({', '.join(missing)})")
+    for name, spark_type in columns.items():
+        if name in current and current[name] != spark_type:
+            spark.sql(f"ALTER TABLE {table.sql} ALTER COLUMN {_quoted(name)} TYPE {spark_type}")

@@ -1,0 +1,206 @@
+"""The guarded MERGEs that commit a folded window: target, tombstones, history.
+
+Each statement is one Iceberg commit tagged with the window (``commits.sql_tagged``).
+
+* Target: a key's folded outcome applies only when its ordering key is greater than the one
+  the target row holds (``_cdc_seq``); the fold already dropped changes that lost to the
+  target or to a tombstone, so this condition matters only against concurrent writers, but it
+  is what makes the MERGE itself idempotent. ``DELETE`` removes the row, ``UPSERT`` writes
+  every column, ``PATCH`` writes only the columns the window's partial images carried.
+* Tombstones (``<target>__tombstones``: key columns and ``_cdc_*``): a delete inserts or
+  advances the key's tombstone, a later revive removes it, and tombstones whose delete
+  committed before ``window end - horizon`` are purged in the same commit (I3).
+* History (``<target>__history``, SCD type 2): one version per applied non-delete change, with
+  ``valid_from`` = its commit timestamp and ``valid_to`` = the next change's; the key's open
+  version from earlier windows is closed at the window's first change of the key.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from airflow_cdc.model import format_ts
+from spark_jobs.apply.commits import sql_tagged
+from spark_jobs.apply.fold import fold_columns
+from spark_jobs.apply.schema import TablePlan
+
+
+def _q(name: str) -> str:
+    return f"`{name}`"
+
+
+def _key_match(plan: TablePlan) -> str:
+    return " AND ".join(f"t.{_q(k)} <=> s.{_q(k)}" for k in plan.key_names)
+
+
+def _with_view(frame: DataFrame, run) -> None:
+    view = f"cdc_apply_{uuid.uuid4().hex}"
+    frame.createOrReplaceTempView(view)
+    try:
+        run(view)
+    finally:
+        frame.sparkSession.catalog.dropTempView(view)
+
+
+def _key_columns(plan: TablePlan) -> list:
+    names = fold_columns(plan)
+    return [F.col("__key").getField(names.keys[k]).alias(k) for k in plan.key_names]
+
+
+def target_source(plan: TablePlan, folded: DataFrame, window_id: str) -> DataFrame:
+    """The folded keys that change the target, with the target's column names."""
+    names = fold_columns(plan)
+    changes_target = F.col("__action").isin("UPSERT", "PATCH") | (
+        (F.col("__action") == "DELETE") & F.col("__in_target")
+    )
+    return folded.where(changes_target).select(
+        *_key_columns(plan),
+        *[F.col(value).alias(name) for name, (value, _) in names.values.items()],
+        *[F.col(touched) for _, (_, touched) in names.values.items()],
+        F.col("__seq").alias("_cdc_seq"),
+        F.col("__commit_ts").alias("_cdc_commit_ts"),
+        F.lit(window_id).alias("_cdc_window"),
+        F.col("__action"),
+    )
+
+
+def merge_target(plan: TablePlan, folded: DataFrame, window_id: str, properties: dict[str, str]) -> None:
+    names = fold_columns(plan)
+    assigned = [
+        f"t.{_q(name)} = CASE WHEN s.{touched} THEN s.{_q(name)} ELSE t.{_q(name)} END"
+        for name, (_, touched) in names.values.items()
+    ]
+    cdc = ["_cdc_seq", "_cdc_commit_ts", "_cdc_window"]
+    assigned += [f"t.{c} = s.{c}" for c in cdc]
+    inserted = [*plan.key_names, *plan.columns, *cdc]
+    newer = "(t._cdc_seq IS NULL OR s._cdc_seq > t._cdc_seq)"
+
+    def run(view: str) -> None:
+        sql_tagged(
+            folded.sparkSession,
+            f"MERGE INTO {plan.target.sql} t USING {view} s ON {_key_match(plan)} "
+            f"WHEN MATCHED AND s.__action = 'DELETE' AND {newer} THEN DELETE "
+            f"WHEN MATCHED AND s.__action <> 'DELETE' AND {newer} THEN UPDATE SET {', '.join(assigned)} "
+            f"WHEN NOT MATCHED AND s.__action = 'UPSERT' THEN INSERT ({', '.join(map(_q, inserted))}) "
+            f"VALUES ({', '.join('s.' + _q(c) for c in inserted)})",
+            properties,
+        )
+
+    _with_view(target_source(plan, folded, window_id), run)
+
+
+def tombstone_source(plan: TablePlan, folded: DataFrame, window_id: str) -> DataFrame:
+    """Deleted keys (new or advanced tombstones) and revived keys (tombstones to remove)."""
+    touches_tombstones = (F.col("__action") == "DELETE") | (
+        F.col("__action").isin("UPSERT", "PATCH") & F.col("__tombstoned")
+    )
+    return folded.where(touches_tombstones).select(
+        *_key_columns(plan),
+        F.col("__seq").alias("_cdc_seq"),
+        F.col("__commit_ts").alias("_cdc_commit_ts"),
+        F.lit(window_id).alias("_cdc_window"),
+        F.col("__action"),
+    )
+
+
+def merge_tombstones(
+    plan: TablePlan, folded: DataFrame, window_id: str, cutoff: datetime, properties: dict[str, str]
+) -> None:
+    cdc = ["_cdc_seq", "_cdc_commit_ts", "_cdc_window"]
+    inserted = [*plan.key_names, *cdc]
+
+    def run(view: str) -> None:
+        sql_tagged(
+            folded.sparkSession,
+            f"MERGE INTO {plan.tombstones.sql} t USING {view} s ON {_key_match(plan)} "
+            f"WHEN MATCHED AND s.__action = 'DELETE' AND s._cdc_seq > t._cdc_seq THEN UPDATE SET "
+            f"{', '.join(f't.{c} = s.{c}' for c in cdc)} "
+            f"WHEN MATCHED AND s.__action <> 'DELETE' AND s._cdc_seq > t._cdc_seq THEN DELETE "
+            f"WHEN NOT MATCHED AND s.__action = 'DELETE' THEN INSERT ({', '.join(map(_q, inserted))}) "
+            f"VALUES ({', '.join('s.' + _q(c) for c in inserted)}) "
+            f"WHEN NOT MATCHED BY SOURCE AND t._cdc_commit_ts < TIMESTAMP '{format_ts(cutoff)}' THEN DELETE",
+            properties,
+        )
+
+    _with_view(tombstone_source(plan, folded, window_id), run)
+
+
+def history_source(
+    plan: TablePlan, changes: DataFrame, folded: DataFrame, target_before: DataFrame | None, window_id: str
+) -> DataFrame:
+    """New versions (one per applied non-delete change) and the close of each key's open version."""
+    names = fold_columns(plan)
+    applied = folded.where(F.col("__action").isin("UPSERT", "PATCH", "DELETE")).select("__key")
+    live = changes.where("__live").join(applied, "__key", "left_semi")
+    if target_before is not None:
+        present = set(target_before.columns)
+        key = F.struct(*[F.col(_q(k)).cast(plan.key_types[k]).alias(names.keys[k]) for k in plan.key_names])
+        base = target_before.select(
+            key.alias("__key"),
+            *[
+                (F.col(_q(name)) if name in present else F.lit(None)).cast(plan.columns[name]).alias(f"__b{value}")
+                for name, (value, _) in names.values.items()
+            ],
+        )
+        live = live.join(base, "__key", "left")
+    else:
+        live = live.select(
+            "*", *[F.lit(None).cast(plan.columns[n]).alias(f"__b{v}") for n, (v, _) in names.values.items()]
+        )
+    ordered = Window.partitionBy("__key").orderBy("ordering_key")
+    so_far = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    values = []
+    for name, (value, touched) in names.values.items():
+        latest = F.last(F.when(F.col(touched), F.struct(F.col(value).alias("v"))), ignorenulls=True).over(so_far)
+        values.append(F.when(latest.isNull(), F.col(f"__b{value}")).otherwise(latest.getField("v")).alias(name))
+    versions = live.select(
+        *_key_columns(plan),
+        *values,
+        F.col("ordering_key").alias("_cdc_seq"),
+        F.col("commit_ts").alias("_cdc_commit_ts"),
+        F.lit(window_id).alias("_cdc_window"),
+        F.col("op").alias("_cdc_op"),
+        F.col("commit_ts").alias("valid_from"),
+        F.lead("commit_ts").over(ordered).alias("valid_to"),
+        F.col("__is_delete"),
+    ).where(~F.col("__is_delete")).drop("__is_delete").withColumn("__kind", F.lit("version"))
+    closes = live.groupBy("__key").agg(F.min_by("commit_ts", "ordering_key").alias("valid_to")).select(
+        *_key_columns(plan),
+        *[F.lit(None).cast(t).alias(n) for n, t in plan.columns.items()],
+        F.lit(None).cast("binary").alias("_cdc_seq"),
+        F.lit(None).cast("timestamp").alias("_cdc_commit_ts"),
+        F.lit(window_id).alias("_cdc_window"),
+        F.lit(None).cast("string").alias("_cdc_op"),
+        F.lit(None).cast("timestamp").alias("valid_from"),
+        F.col("valid_to"),
+        F.lit("close").alias("__kind"),
+    )
+    return versions.unionByName(closes)
+
+
+def merge_history(
+    plan: TablePlan,
+    changes: DataFrame,
+    folded: DataFrame,
+    target_before: DataFrame | None,
+    window_id: str,
+    properties: dict[str, str],
+) -> None:
+    columns = [*plan.key_names, *plan.columns, "_cdc_seq", "_cdc_commit_ts", "_cdc_window", "_cdc_op", "valid_from", "valid_to"]
+
+    def run(view: str) -> None:
+        sql_tagged(
+            folded.sparkSession,
+            f"MERGE INTO {plan.history_table.sql} t USING {view} s ON {_key_match(plan)} AND "
+            f"((s.__kind = 'close' AND t.valid_to IS NULL) OR (s.__kind = 'version' AND t._cdc_seq = s._cdc_seq)) "
+            f"WHEN MATCHED AND s.__kind = 'close' THEN UPDATE SET t.valid_to = s.valid_to "
+            f"WHEN NOT MATCHED AND s.__kind = 'version' THEN INSERT ({', '.join(map(_q, columns))}) "
+            f"VALUES ({', '.join('s.' + _q(c) for c in columns)})",
+            properties,
+        )
+
+    _with_view(history_source(plan, changes, folded, target_before, window_id), run)

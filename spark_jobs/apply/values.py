@@ -1,0 +1,62 @@
+"""JSON text -> typed Spark values, and the test that says a value did not convert.
+
+Change rows carry values as JSON (``new_values_json``, ``keys_json``). Apply reads them as
+``map<string,string>``: Spark then gives each present value as text (a JSON string without its
+quotes, any other value as its JSON text) and keeps the difference between a column set to
+NULL (key present, value null) and a column absent from a partial image (key missing).
+This module turns that text into a column of the target's Spark type.
+
+Encodings, as Spanner change streams and :func:`airflow_cdc.model.change_row_to_record` write
+them: integers as numbers or decimal strings, floats also as ``"NaN"``/``"Infinity"``, bytes
+as base64, timestamps as RFC 3339 text, dates as ``YYYY-MM-DD``, arrays as JSON arrays, JSON
+columns as JSON text (or a nested object, kept as its JSON text).
+
+A value that is present but does not convert gives NULL here; :func:`bad_value` flags it so
+apply dead-letters the row instead of storing a silent NULL.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+_INTEGER = r"^\s*-?[0-9]+\s*$"
+_BASE64 = r"^[A-Za-z0-9+/\s]*={0,2}\s*$"
+_ARRAY = re.compile(r"^array<(.+)>$")
+
+
+def typed_value(raw: Column, spark_type: str) -> Column:
+    """``raw`` (JSON value text, NULL when absent or null) converted to ``spark_type``."""
+    array = _ARRAY.match(spark_type)
+    if array:
+        element = array.group(1)
+        return F.transform(F.from_json(raw, "array<string>"), lambda x: typed_value(x, element))
+    if spark_type in ("bigint", "int", "smallint", "tinyint"):
+        return F.when(raw.rlike(_INTEGER), F.trim(raw).cast(spark_type))
+    if spark_type == "boolean":
+        lowered = F.lower(F.trim(raw))
+        return F.when(lowered == "true", F.lit(True)).when(lowered == "false", F.lit(False))
+    if spark_type == "binary":
+        return F.when(raw.rlike(_BASE64), F.unbase64(raw))
+    if spark_type == "string":
+        return raw
+    # float, double, decimal(p,s), date, timestamp: Spark's cast reads the JSON encodings
+    # (NaN/Infinity, RFC 3339 with Z, YYYY-MM-DD) and gives NULL for anything else.
+    return raw.cast(spark_type)
+
+
+def bad_value(raw: Column, spark_type: str) -> Column:
+    """True where ``raw`` is present and not NULL but does not convert to ``spark_type``."""
+    array = _ARRAY.match(spark_type)
+    if array:
+        element = array.group(1)
+        elements = F.from_json(raw, "array<string>")
+        return raw.isNotNull() & (
+            elements.isNull()
+            | F.exists(elements, lambda x: x.isNotNull() & typed_value(x, element).isNull())
+        )
+    if spark_type == "string":
+        return F.lit(False)
+    return raw.isNotNull() & typed_value(raw, spark_type).isNull()

@@ -1,0 +1,104 @@
+"""Spark entry point: apply one window of a stream's changelog to its target Iceberg tables.
+
+    spark-submit ... spark_jobs/apply_job.py --job-config apply.json [--result result.json]
+
+``--job-config`` is the JSON object :mod:`spark_jobs.apply.config` describes (catalog,
+``catalog_conf``, stream, window_id, changelog_table, targets with mapping and history,
+policies, result). ``--result`` (or ``result`` in the file) receives
+:class:`spark_jobs.apply.ApplyResult` as JSON: per source table its target, counts and the
+target / tombstone / history snapshot ids, plus the dead-letter table's snapshot and count.
+The result is written also when the window fails on dead letters (``"status": "failed"``).
+
+Exit codes: 0 applied (or already applied), 1 failed (dead letters under the ``fail`` policy,
+or an error; message on stderr), 2 bad usage or configuration (before Spark starts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+if __package__ in (None, ""):  # run as a file by spark-submit: make `spark_jobs` importable
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from airflow_cdc.model import CdcError  # noqa: E402
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="apply_job", description=__doc__.split("\n")[0])
+    parser.add_argument("--job-config", required=True, help="JSON file with the apply config")
+    parser.add_argument("--result", help="where to write the JSON result (overrides the file's 'result')")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None, spark=None) -> int:
+    """Run the job; with ``spark`` given, use that session and leave it running (tests)."""
+    args = parse_args(argv)
+    from spark_jobs.apply.config import ApplyConfig, ApplyConfigError
+
+    try:
+        with open(args.job_config) as handle:
+            data = json.load(handle)
+        config = ApplyConfig.from_dict(data)
+    except (OSError, json.JSONDecodeError, ApplyConfigError) as error:
+        print(f"apply_job: error: {error}", file=sys.stderr)
+        return 2
+    result_path = args.result or data.get("result")
+    catalog_conf = {str(k): str(v) for k, v in dict(data.get("catalog_conf") or {}).items()}
+
+    from pyspark.sql import SparkSession
+
+    from spark_jobs.apply import DeadLettersError, apply_window
+
+    owned = spark is None
+    if owned:
+        builder = SparkSession.builder.appName(f"cdc-apply-{config.stream}")
+        builder = builder.config("spark.sql.session.timeZone", "UTC")
+        for key, value in catalog_conf.items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
+    code = 0
+    try:
+        try:
+            result = apply_window(spark, config)
+        except DeadLettersError as error:
+            print(f"apply_job: error: {error}", file=sys.stderr)
+            result, code = error.result, 1
+        except CdcError as error:
+            print(f"apply_job: error: {type(error).__name__}: {error}", file=sys.stderr)
+            return 1
+        if result_path:
+            _write_text(spark, str(result_path), result.to_json() + "\n")
+        print(f"apply_job: {result.to_json()}")
+        return code
+    finally:
+        if owned:
+            spark.stop()
+
+
+def _write_text(spark, path: str, text: str) -> None:
+    """Write ``text`` to ``path``: local files atomically, URIs (gs://, hdfs://) through Hadoop."""
+    if "://" not in path or path.startswith("file:"):
+        from pathlib import Path
+
+        target = Path(path[len("file://"):] if path.startswith("file://") else path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        staging.write_text(text)
+        os.replace(staging, target)
+        return
+    jvm = spark.sparkContext._jvm
+    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+    fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    stream = fs.create(hadoop_path, True)
+    try:
+        stream.write(bytearray(text.encode("utf-8")))
+    finally:
+        stream.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
