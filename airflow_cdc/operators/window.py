@@ -209,3 +209,99 @@ def window_summary(record) -> dict:
         "changelog_snapshot_id": record.changelog_snapshot_id,
         "target_snapshot_ids": dict(record.target_snapshot_ids or {}),
     }
+
+
+class CdcApplyOperator(CdcSparkOperator):
+    """Step 4: fold the window's changelog rows into current-state Iceberg tables.
+
+    ``targets`` is the apply job's ``targets`` object: ``namespace`` for target tables,
+    ``mapping`` from source table to target name, ``history`` (SCD type 2, off by default).
+    ``on_dead_letter`` is ``fail`` (the default: the window fails and names the bad rows) or
+    ``continue``; ``tombstone_horizon_seconds`` bounds how long deletes are remembered (I3).
+    """
+
+    def __init__(
+        self,
+        *,
+        targets: Mapping[str, Any] | None = None,
+        on_dead_letter: str = "fail",
+        tombstone_horizon_seconds: int = 7 * 24 * 3600,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.targets = dict(targets or {})
+        self.on_dead_letter = on_dead_letter
+        self.tombstone_horizon_seconds = int(tombstone_horizon_seconds)
+
+    def apply_config(self, window: Window) -> dict:
+        config = self.stream_config
+        targets = {"namespace": "current", **self.targets}
+        targets.setdefault("dead_letter_table", config.dead_letter_table)
+        return {
+            "catalog": self.iceberg_catalog.name,
+            "stream": config.stream_id,
+            "window_id": window.window_id,
+            "window_end": format_ts(window.end),
+            "changelog_table": config.changelog_table,
+            "targets": targets,
+            "policies": {
+                "on_dead_letter": self.on_dead_letter,
+                "tombstone_horizon_seconds": self.tombstone_horizon_seconds,
+            },
+        }
+
+    def execute(self, context) -> dict:
+        from airflow_cdc.pipeline.files import write_private
+        from airflow_cdc.spark.job import iceberg_job_spec
+        from airflow_cdc.spark.job import SparkJobError
+
+        config = self.stream_config
+        window = self.window(context)
+        owner = run_owner(context)
+        store = self.state_store()
+        record = store.get_window(window.stream_id, window.start)
+        if record is None or not record.committed:
+            state = "never planned" if record is None else record.state.value
+            raise AirflowFailException(
+                f"window {window.window_id} of {window.stream_id} is {state}: apply runs after "
+                f"commit; clear the window's commit task"
+            )
+        store.renew_lease(window, owner, self.lease_seconds)
+        folder = config.window_dir(window)
+        config_path, result_path = folder / "apply.json", folder / "apply-result.json"
+        write_private(config_path, json.dumps(self.apply_config(window), indent=1))
+        spec = iceberg_job_spec(
+            "apply_job",
+            self.iceberg_catalog,
+            ["--job-config", str(config_path), "--result", str(result_path)],
+            name=f"cdc-apply-{window.stream_id}-{format_ts(window.start)}",
+            conf=self.spark_conf,
+        )
+        try:
+            self.run_job(spec)
+        except SparkJobError as error:
+            detail = ""
+            if result_path.exists():
+                result = json.loads(result_path.read_text())
+                if result.get("status") == "failed":
+                    detail = (
+                        f": {result.get('dead_letter_rows')} change rows went to the dead-letter "
+                        f"table {result.get('dead_letter_table')} under on_dead_letter='fail'"
+                    )
+            raise AirflowFailException(f"apply of window {window.window_id} failed{detail}\n{error}")
+        result = json.loads(result_path.read_text())
+        snapshot_ids = {
+            table["target_table"]: int(table["target_snapshot_id"])
+            for table in result.get("tables", [])
+            if table.get("target_table") and table.get("target_snapshot_id") is not None
+        }
+        record = store.mark_applied(window, owner, snapshot_ids)
+        return {
+            **window_summary(record),
+            "dead_letter_rows": result.get("dead_letter_rows", 0),
+            "tables": {
+                t["source_table"]: {k: t[k] for k in ("changes", "upserts", "deletes")}
+                for t in result.get("tables", [])
+                if t.get("source_table")
+            },
+        }

@@ -174,3 +174,23 @@ def test_moving_now_back_hides_later_records_and_partition_ends(reader, history,
     assert not child_records(records)
     assert records[-1] == {"kind": "heartbeat_record", "timestamp": earlier}
     assert all(r["commit_timestamp"] <= earlier for r in records if r["kind"] == "data_change_record")
+
+
+def test_a_query_starting_at_the_partition_end_returns_only_its_child_record(reader, history):
+    split = history.splits[0]
+    (parent,) = split.parents
+
+    records = reader.query(split.at, token=parent)
+
+    assert [r["kind"] for r in records] == ["child_partitions_record"]
+    assert records[0]["start_timestamp"] == split.at
+
+
+def test_start_and_end_timestamps_are_inclusive(reader, history):
+    partition = history.partitions[0]
+    commit = history.records(partition.token)[20].commit_timestamp
+
+    records = reader.query(commit, end=commit, token=partition.token)
+
+    assert records and {r["commit_timestamp"] for r in records} == {commit}
+    assert {r["kind"] for r in records} == {"data_change_record"}

@@ -447,13 +447,14 @@ class _Generator:
             if at >= history.end_us:
                 return
             if next_system <= at and not shared:
-                if not any(begin <= next_system < end for begin, end in history.quiet_periods):
-                    system = self._transaction(next_system, "system", exclude=set())
-                    if system is not None:
-                        yield system
-                next_system += system_gap + rng.randint(-system_gap // 4, system_gap // 4)
-                next_system = max(next_system, at + 1)
-                at += 1
+                # A row-deletion (TTL) sweep commits just before this slot's transaction.
+                system = self._transaction(at, "system", exclude=set())
+                if system is not None:
+                    yield system
+                    at += 1
+                next_system = at + system_gap + rng.randint(-system_gap // 4, system_gap // 4)
+                if at >= history.end_us:
+                    return
             kind = rng.choices(kinds, weights)[0]
             # Two transactions may share a commit timestamp when they touch different rows.
             transaction = self._transaction(at, kind, exclude=previous_keys if shared else set())
@@ -462,27 +463,10 @@ class _Generator:
                 yield transaction
 
     def _transaction(self, at: int, kind: str, exclude: set) -> Transaction | None:
-        rng, cfg = self.rng, self.history.config
+        rng = self.rng
         self.cursor.advance(at)
         when = to_datetime(at)
-        is_system = kind == "system"
-        if kind == "transfer":
-            planned = self._plan_transfer(exclude)
-            tag = _TRANSFER_TAG
-            if planned is None:
-                kind = "single"
-        if kind == "single":
-            table = rng.choices(cfg.tables, self.table_weights)[0]
-            planned = self._plan_writes([table], exclude)
-            tag = rng.choice(_SINGLE_TAGS)
-        elif kind == "batch":
-            size = rng.randint(*_BATCH_SIZES)
-            tables = rng.choices(cfg.tables, self.table_weights, k=size)
-            planned = self._plan_writes(tables, exclude)
-            tag = rng.choice(_BATCH_TAGS)
-        elif is_system:
-            planned = self._plan_ttl_deletes(exclude)
-            tag = ""  # system transactions carry no application tag
+        planned, tag = self._plan(kind, exclude)
         if not planned:
             return None
         capture = self.history.value_capture_type_at(at)
@@ -503,7 +487,24 @@ class _Generator:
             changes.append(RowChange(table, key, mod_type, old_row, new_row, written, partition.token))
         self.count += 1
         digest = hashlib.blake2b(f"{self.id_prefix}{self.count}".encode(), digest_size=10).hexdigest()
-        return _with_records(at, digest, tag, is_system, capture, tuple(changes), self.column_names)
+        return _with_records(at, digest, tag, kind == "system", capture, tuple(changes), self.column_names)
+
+    def _plan(self, kind: str, exclude: set) -> tuple[list, str]:
+        """The writes of one transaction of ``kind`` and its transaction tag."""
+        rng, cfg = self.rng, self.history.config
+        if kind == "transfer":
+            planned = self._plan_transfer(exclude)
+            if planned:
+                return planned, _TRANSFER_TAG
+            kind = "single"  # too few rows yet
+        if kind == "system":
+            return self._plan_ttl_deletes(exclude), ""  # system transactions carry no tag
+        if kind == "single":
+            tables, tags = rng.choices(cfg.tables, self.table_weights), _SINGLE_TAGS
+        else:
+            tables = rng.choices(cfg.tables, self.table_weights, k=rng.randint(*_BATCH_SIZES))
+            tags = _BATCH_TAGS
+        return self._plan_writes(tables, exclude), rng.choice(tags)
 
     def _plan_writes(self, tables, exclude: set) -> list:
         rng = self.rng
