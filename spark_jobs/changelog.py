@@ -19,8 +19,11 @@ Never imports Airflow (this runs on executors without it).
 
 from __future__ import annotations
 
+import os
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
@@ -157,17 +160,36 @@ def _count_window_ids(partition) -> list[dict[str, int]]:
     return [dict(Counter(row[_WINDOW_ID_INDEX] for row in partition))]
 
 
-def append_window(spark: SparkSession, table: str, window_id: str, frame: DataFrame) -> int:
-    """Append ``frame`` to ``table`` in ONE commit tagged with ``window_id``; return its snapshot id."""
-    (
-        frame.writeTo(table)
-        .option(f"snapshot-property.{WINDOW_SNAPSHOT_PROPERTY}", window_id)
-        .append()
-    )
+def append_window(
+    spark: SparkSession,
+    table: str,
+    window_id: str,
+    frame: DataFrame,
+    extra_properties: Mapping[str, str] | None = None,
+) -> int:
+    """Append ``frame`` to ``table`` in ONE commit tagged with ``window_id``; return its snapshot id.
+
+    ``extra_properties`` go into the same snapshot summary (e.g. the extract job's outcome
+    file), so they are committed atomically with the rows; they cannot replace the window tag.
+    """
+    properties = {**dict(extra_properties or {}), WINDOW_SNAPSHOT_PROPERTY: window_id}
+    writer = frame.writeTo(table)
+    for key, value in properties.items():
+        writer = writer.option(f"snapshot-property.{key}", str(value))
+    writer.append()
     snapshot_id = tagged_snapshot_id(spark, table, window_id)
     if snapshot_id is None:  # the commit just made must carry the tag
         raise CdcError(f"append to {table} made no snapshot tagged {window_id!r}")
     return snapshot_id
+
+
+def snapshot_summary(spark: SparkSession, table: str, snapshot_id: int) -> dict[str, str]:
+    """The summary properties of one snapshot of ``table`` ({} if it no longer exists)."""
+    rows = spark.sql(
+        f"SELECT summary FROM {table}.snapshots WHERE snapshot_id = :snapshot_id",
+        args={"snapshot_id": int(snapshot_id)},
+    ).collect()
+    return dict(rows[0].summary or {}) if rows else {}
 
 
 def write_window(
@@ -204,23 +226,47 @@ def write_window(
     return ChangelogWriteResult(table, window_id, snapshot_id, counts.get(window_id, 0), skipped=False)
 
 
-def write_text(spark: SparkSession, path: str, text: str) -> None:
-    """Write ``text`` to ``path``: local files atomically, URIs (gs://, hdfs://) through Hadoop."""
-    if "://" not in path or path.startswith("file:"):
-        import os
-        from pathlib import Path
+def _local_path(path: str) -> Path | None:
+    """``path`` as a local file, or None when it is a URI of another file system (gs://, hdfs://)."""
+    if path.startswith("file://"):
+        return Path(path[len("file://"):])
+    if path.startswith("file:"):
+        return Path(path[len("file:"):])
+    return None if "://" in path else Path(path)
 
-        target = Path(path[len("file://"):] if path.startswith("file://") else path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        staging.write_text(text)
-        os.replace(staging, target)
-        return
+
+def _hadoop_file(spark: SparkSession, path: str):
     jvm = spark.sparkContext._jvm
     hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    return hadoop_path, hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+
+
+def write_text(spark: SparkSession, path: str, text: str) -> None:
+    """Write ``text`` to ``path``: local files atomically, URIs (gs://, hdfs://) through Hadoop."""
+    local = _local_path(str(path))
+    if local is not None:
+        local.parent.mkdir(parents=True, exist_ok=True)
+        staging = local.with_name(f".{local.name}.{os.getpid()}.tmp")
+        staging.write_text(text)
+        os.replace(staging, local)
+        return
+    hadoop_path, fs = _hadoop_file(spark, str(path))
     stream = fs.create(hadoop_path, True)
     try:
         stream.write(bytearray(text.encode("utf-8")))
+    finally:
+        stream.close()
+
+
+def read_text(spark: SparkSession, path: str) -> str:
+    """The text of ``path``: a local file, or a URI (gs://, hdfs://) read through Hadoop."""
+    local = _local_path(str(path))
+    if local is not None:
+        return local.read_text()
+    hadoop_path, fs = _hadoop_file(spark, str(path))
+    stream = fs.open(hadoop_path)
+    try:
+        jvm = spark.sparkContext._jvm
+        return jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
     finally:
         stream.close()

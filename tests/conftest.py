@@ -51,3 +51,10 @@ def spark(iceberg_catalog):
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+    # Shut the py4j gateway down now: left to interpreter exit, its __del__ logs into a
+    # closed stream once Airflow has set up logging.
+    from pyspark import SparkContext
+
+    if SparkContext._gateway is not None:
+        SparkContext._gateway.shutdown()
+        SparkContext._gateway = SparkContext._jvm = None

@@ -68,7 +68,7 @@ def build_py_files(
     name = f"{'-'.join(folder.name for folder in folders)}-{digest.hexdigest()[:16]}.zip"
     cache = cache_dir or py_files_cache_dir()
     if (cache / name).exists():
-        return cache / name
+        return _used(cache / name)
     try:
         cache.mkdir(parents=True, exist_ok=True)
     except OSError:
@@ -79,7 +79,7 @@ def build_py_files(
         cache.mkdir(parents=True, exist_ok=True)
     target = cache / name
     if target.exists():
-        return target
+        return _used(target)
     # Built under a name of this process, then renamed: a concurrent job never sees half a zip.
     staging = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     with zipfile.ZipFile(staging, "w", zipfile.ZIP_DEFLATED) as archive:
@@ -95,7 +95,30 @@ def build_py_files(
                 info.compress_type = zipfile.ZIP_DEFLATED
                 archive.writestr(info, path.read_bytes())
     os.replace(staging, target)
+    _prune(cache, prefix=name.rsplit("-", 1)[0], keep=target)
     return target
+
+
+def _used(path: Path) -> Path:
+    """Mark ``path`` as just used (its mtime), so pruning keeps it."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass  # read-only cache: it is only pruned by whoever owns it
+    return path
+
+
+def _prune(cache: Path, prefix: str, keep: Path, max_age_seconds: float = 7 * 86_400) -> None:
+    """Remove zips of older contents (every code change makes one) unused for a week."""
+    import time
+
+    cutoff = time.time() - max_age_seconds
+    for old in cache.glob(f"{prefix}-*.zip"):
+        try:
+            if old != keep and old.stat().st_mtime < cutoff:
+                old.unlink()
+        except OSError:
+            pass  # another process removed or is replacing it
 
 
 def _entries(folders: Iterable[Path]) -> Iterable[tuple[str, Path | None]]:

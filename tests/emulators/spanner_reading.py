@@ -43,7 +43,9 @@ def spanner_database(emulator_host: str, database_id: str = "db"):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SPANNER_EMULATOR_HOST", emulator_host)
         client = spanner.Client(
-            project="emulated-project", credentials=AnonymousCredentials(), disable_builtin_metrics=True
+            project="emulated-project",
+            credentials=AnonymousCredentials(),
+            disable_builtin_metrics=True,
         )
     return client.instance("emulated-instance").database(database_id)
 
@@ -55,7 +57,9 @@ class ChangeStreamReader:
         self.database = database
         self.stream_name = stream_name
 
-    def execute(self, sql: str, params: dict | None = None, types: dict | None = None) -> tuple[list, list]:
+    def execute(
+        self, sql: str, params: dict | None = None, types: dict | None = None
+    ) -> tuple[list, list]:
         with self.database.snapshot() as snapshot:
             results = snapshot.execute_sql(sql, params=params, param_types=types)
             rows = list(results)
@@ -77,7 +81,10 @@ class ChangeStreamReader:
             params = {"p1": start, "p2": end, "p3": token, "p4": heartbeat_ms}
             names = ("p1", "p2", "p3", "p4")
         elif style == "positional":
-            sql = f"SELECT ChangeRecord FROM READ_{self.stream_name}(@start, @end, @token, @heartbeat)"
+            sql = (
+                f"SELECT ChangeRecord FROM READ_{self.stream_name}"
+                f"(@start, @end, @token, @heartbeat)"
+            )
             params = {"start": start, "end": end, "token": token, "heartbeat": heartbeat_ms}
             names = ("start", "end", "token", "heartbeat")
         else:
@@ -88,12 +95,19 @@ class ChangeStreamReader:
             )
             params = {"start": start, "end": end, "token": token, "heartbeat": heartbeat_ms}
             names = ("start", "end", "token", "heartbeat")
-        kinds = (param_types.TIMESTAMP, param_types.TIMESTAMP, param_types.STRING, param_types.INT64)
+        kinds = (
+            param_types.TIMESTAMP,
+            param_types.TIMESTAMP,
+            param_types.STRING,
+            param_types.INT64,
+        )
         rows, fields = self.execute(sql, params, dict(zip(names, kinds)))
         return [decode_row(row, fields) for row in rows]
 
-    def read_all(self, start: datetime, end: datetime | None = None, heartbeat_ms: int = 10_000) -> dict[str, list]:
-        """Every partition from ``start``, children only after all their parents: token -> records."""
+    def read_all(
+        self, start: datetime, end: datetime | None = None, heartbeat_ms: int = 10_000
+    ) -> dict[str, list]:
+        """Every partition read from ``start``, a child only after all its parents: token -> records."""
         records: dict[str, list[dict]] = {}
         queue = [
             (child["token"], record["start_timestamp"])
@@ -103,10 +117,14 @@ class ChangeStreamReader:
         scheduled = {token for token, _ in queue}
         while queue:
             token, child_start = queue.pop(0)
-            records[token] = self.query(child_start, end=end, token=token, heartbeat_ms=heartbeat_ms)
+            records[token] = self.query(
+                child_start, end=end, token=token, heartbeat_ms=heartbeat_ms
+            )
             for record in records[token]:
                 for child in record.get("child_partitions", ()):
-                    parents_done = all(parent in records for parent in child["parent_partition_tokens"])
+                    parents_done = all(
+                        parent in records for parent in child["parent_partition_tokens"]
+                    )
                     if parents_done and child["token"] not in scheduled:
                         scheduled.add(child["token"])
                         queue.append((child["token"], record["start_timestamp"]))

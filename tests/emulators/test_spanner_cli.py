@@ -17,11 +17,29 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_the_command_line_serves_a_history_until_killed():
     command = [
-        sys.executable, "-m", "airflow_cdc.emulators.spanner", "--port", "0", "--seed", "4",
-        "--hours", "0.25", "--changes-per-second", "1", "--splits", "2", "--merges", "1",
-        "--three-way-merges", "0", "--stream", "CliStream",
-    ]  # fmt: skip
-    server = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        sys.executable,
+        "-m",
+        "airflow_cdc.emulators.spanner",
+        "--port",
+        "0",
+        "--seed",
+        "4",
+        "--hours",
+        "0.25",
+        "--changes-per-second",
+        "1",
+        "--splits",
+        "2",
+        "--merges",
+        "1",
+        "--three-way-merges",
+        "0",
+        "--stream",
+        "CliStream",
+    ]
+    server = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         host_line = server.stdout.readline().strip()
         assert host_line.startswith("SPANNER_EMULATOR_HOST=127.0.0.1:"), server.stderr.read()
@@ -36,8 +54,15 @@ def test_the_command_line_serves_a_history_until_killed():
         server.stderr.close()
 
     expected = generate_history(
-        seed=4, duration=timedelta(hours=0.25), changes_per_second=1, splits=2, merges=1,
-        three_way_merges=0, stream_name="CliStream",
-    )  # fmt: skip
+        seed=4,
+        duration=timedelta(hours=0.25),
+        changes_per_second=1,
+        splits=2,
+        merges=1,
+        three_way_merges=0,
+        stream_name="CliStream",
+    )
     assert summary["stream"] == "CliStream" and summary["splits"] == 2
-    assert [c["token"] for r in records for c in r["child_partitions"]] == [p.token for p in expected.lineage.roots]
+    assert [c["token"] for r in records for c in r["child_partitions"]] == [
+        p.token for p in expected.lineage.roots
+    ]

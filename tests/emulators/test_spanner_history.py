@@ -43,10 +43,14 @@ import hashlib, sys
 sys.path.insert(0, sys.argv[1])
 from datetime import timedelta
 from airflow_cdc.emulators.spanner import generate_history
-h = generate_history(seed=3, duration=timedelta(minutes=10), changes_per_second=2.0, splits=2, merges=1,
-                     three_way_merges=0, quiet_periods=1, quiet_period=timedelta(minutes=1))
-text = repr([(t.commit_us, t.server_transaction_id, [(c.key, c.new_row, c.partition_token) for c in t.changes])
-             for t in h.transactions])
+h = generate_history(
+    seed=3, duration=timedelta(minutes=10), changes_per_second=2.0, splits=2, merges=1,
+    three_way_merges=0, quiet_periods=1, quiet_period=timedelta(minutes=1),
+)
+text = repr([
+    (t.commit_us, t.server_transaction_id, [(c.key, c.new_row, c.partition_token) for c in t.changes])
+    for t in h.transactions
+])
 print(hashlib.sha256(text.encode()).hexdigest())
 """
 
@@ -55,10 +59,13 @@ def test_history_does_not_depend_on_python_hash_randomization():
     digests = {
         subprocess.run(
             [sys.executable, "-c", _DIGEST, str(ROOT)],
-            capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONHASHSEED": seed},
         ).stdout.strip()
         for seed in ("1", "2")
-    }  # fmt: skip
+    }
 
     assert len(digests) == 1 and len(next(iter(digests))) == 64
 
@@ -74,8 +81,11 @@ def test_default_history_is_big_enough_for_the_demo():
     assert summary["changes"] >= 50_000
     assert len(summary["changes_by_table"]) == 3
     assert set(summary["changes_by_value_capture_type"]) == {
-        "OLD_AND_NEW_VALUES", "NEW_VALUES", "NEW_ROW", "NEW_ROW_AND_OLD_VALUES"
-    }  # fmt: skip
+        "OLD_AND_NEW_VALUES",
+        "NEW_VALUES",
+        "NEW_ROW",
+        "NEW_ROW_AND_OLD_VALUES",
+    }
     assert set(summary["changes_by_mod_type"]) == {"INSERT", "UPDATE", "DELETE"}
     assert summary["multi_partition_transactions"] > 1000 and summary["system_transactions"] > 5
     assert cpu_seconds < 15, f"generating the default history took {cpu_seconds:.1f} s of CPU"

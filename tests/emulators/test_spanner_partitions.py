@@ -23,7 +23,9 @@ def test_initial_query_returns_one_child_record_per_partition_live_at_its_start(
         p.token for p in history.partitions_live_at(after_first_split)
     }
     assert {r["start_timestamp"] for r in records} == {after_first_split}
-    assert all(child["parent_partition_tokens"] == [] for r in records for child in r["child_partitions"])
+    assert all(
+        child["parent_partition_tokens"] == [] for r in records for child in r["child_partitions"]
+    )
     assert len({r["record_sequence"] for r in records}) == len(records)
 
 
@@ -45,7 +47,9 @@ def test_split_parent_ends_with_one_child_record_naming_it_as_only_parent(reader
     assert child_record["start_timestamp"] == split.at
     assert [c["token"] for c in child_record["child_partitions"]] == list(split.children)
     assert all(c["parent_partition_tokens"] == [parent] for c in child_record["child_partitions"])
-    assert all(r["commit_timestamp"] < split.at for r in records if r["kind"] == "data_change_record")
+    assert all(
+        r["commit_timestamp"] < split.at for r in records if r["kind"] == "data_change_record"
+    )
 
 
 def test_a_child_partition_is_readable_from_its_start(reader, history):
@@ -64,7 +68,9 @@ def merge_with_parents(history, count: int):
 def test_merge_of_two_parents_returns_the_same_child_record_from_each(reader, history):
     merge = merge_with_parents(history, 2)
 
-    reported = [child_records(reader.query(history.partition(p).start, token=p)) for p in merge.parents]
+    reported = [
+        child_records(reader.query(history.partition(p).start, token=p)) for p in merge.parents
+    ]
 
     assert reported[0] == reported[1]
     (record,) = reported[0]
@@ -77,7 +83,9 @@ def test_merge_of_two_parents_returns_the_same_child_record_from_each(reader, hi
 def test_merge_of_three_parents_returns_the_same_child_record_from_each(reader, history):
     merge = merge_with_parents(history, 3)
 
-    reported = [child_records(reader.query(history.partition(p).start, token=p)) for p in merge.parents]
+    reported = [
+        child_records(reader.query(history.partition(p).start, token=p)) for p in merge.parents
+    ]
 
     assert reported[0] == reported[1] == reported[2]
     (record,) = reported[0]
@@ -97,16 +105,22 @@ def test_a_partition_returns_its_records_in_commit_timestamp_order(reader, histo
     records = reader.query(busiest.start, token=busiest.token)
 
     data = [r for r in records if r["kind"] == "data_change_record"]
-    order = [(r["commit_timestamp"], r["server_transaction_id"], r["record_sequence"]) for r in data]
+    order = [
+        (r["commit_timestamp"], r["server_transaction_id"], r["record_sequence"]) for r in data
+    ]
     assert len(data) == len(history.records(busiest.token)) > 100
     assert order == sorted(order)
-    stamps = [r.get("commit_timestamp") or r.get("timestamp") or r["start_timestamp"] for r in records]
+    stamps = [
+        r.get("commit_timestamp") or r.get("timestamp") or r["start_timestamp"] for r in records
+    ]
     assert stamps == sorted(stamps)
 
 
 def test_heartbeats_are_spaced_by_the_interval_while_a_partition_is_idle(reader, history):
     quiet_start, quiet_end = (to_datetime(us) for us in history.quiet_periods[0])
-    (partition, *_) = [p for p in history.partitions_live_at(quiet_start) if p.live_at(history.quiet_periods[0][1])]
+    partition, *_ = [
+        p for p in history.partitions_live_at(quiet_start) if p.live_at(history.quiet_periods[0][1])
+    ]
 
     records = reader.query(quiet_start, end=quiet_end, token=partition.token, heartbeat_ms=10_000)
 
@@ -122,14 +136,21 @@ def test_a_heartbeat_precedes_a_record_after_an_idle_interval(reader, history):
     quiet_start, quiet_end = (to_datetime(us) for us in history.quiet_periods[0])
     partition = next(p for p in history.partitions_live_at(quiet_end) if p.start <= quiet_start)
 
-    records = reader.query(quiet_start, end=quiet_end + timedelta(minutes=1), token=partition.token, heartbeat_ms=60_000)
+    records = reader.query(
+        quiet_start,
+        end=quiet_end + timedelta(minutes=1),
+        token=partition.token,
+        heartbeat_ms=60_000,
+    )
 
     first_data = next(i for i, r in enumerate(records) if r["kind"] == "data_change_record")
     assert records[first_data - 1]["kind"] == "heartbeat_record"
     assert records[first_data - 1]["timestamp"] < records[first_data]["commit_timestamp"]
 
 
-def test_a_query_ending_before_the_partition_end_returns_up_to_its_end_without_children(reader, history):
+def test_a_query_ending_before_the_partition_end_returns_up_to_its_end_without_children(
+    reader, history
+):
     split = history.splits[0]
     (parent,) = split.parents
     start = history.partition(parent).start
@@ -173,7 +194,9 @@ def test_moving_now_back_hides_later_records_and_partition_ends(reader, history,
 
     assert not child_records(records)
     assert records[-1] == {"kind": "heartbeat_record", "timestamp": earlier}
-    assert all(r["commit_timestamp"] <= earlier for r in records if r["kind"] == "data_change_record")
+    assert all(
+        r["commit_timestamp"] <= earlier for r in records if r["kind"] == "data_change_record"
+    )
 
 
 def test_a_query_starting_at_the_partition_end_returns_only_its_child_record(reader, history):

@@ -62,10 +62,12 @@ def test_records_of_one_transaction_agree_across_partitions(data_records):
         sequences = [r["record_sequence"] for r in records]
         assert len(set(sequences)) == len(sequences)
         for token in tokens:
-            in_partition = sorted((r for t, r in group if t == token), key=lambda r: r["record_sequence"])
-            assert [r["is_last_record_in_transaction_in_partition"] for r in in_partition] == [False] * (
-                len(in_partition) - 1
-            ) + [True]
+            in_partition = sorted(
+                (r for t, r in group if t == token), key=lambda r: r["record_sequence"]
+            )
+            assert [r["is_last_record_in_transaction_in_partition"] for r in in_partition] == [
+                False
+            ] * (len(in_partition) - 1) + [True]
 
 
 def test_a_record_holds_one_table_and_one_mod_type_of_one_transaction(data_records, history):
@@ -80,7 +82,9 @@ def test_a_record_holds_one_table_and_one_mod_type_of_one_transaction(data_recor
         )
 
 
-def test_old_and_new_values_records_carry_old_and_new_values_of_written_columns(data_records, history):
+def test_old_and_new_values_records_carry_old_and_new_values_of_written_columns(
+    data_records, history
+):
     for record in records_of(data_records, "OLD_AND_NEW_VALUES"):
         all_values = all_value_columns(history, record["table_name"])
         for mod in record["mods"]:
@@ -120,10 +124,14 @@ def test_new_row_records_carry_the_whole_new_row_and_no_old_values(data_records,
         for mod in record["mods"]:
             _, after = row_before_and_after(history, record, mod)
             assert mod["old_values"] == {}
-            assert mod["new_values"] == ({} if record["mod_type"] == "DELETE" else non_key(after, all_values))
+            assert mod["new_values"] == (
+                {} if record["mod_type"] == "DELETE" else non_key(after, all_values)
+            )
 
 
-def test_new_row_and_old_values_records_carry_the_new_row_and_old_values_of_written_columns(data_records, history):
+def test_new_row_and_old_values_records_carry_the_new_row_and_old_values_of_written_columns(
+    data_records, history
+):
     partial_old = 0
     for record in records_of(data_records, "NEW_ROW_AND_OLD_VALUES"):
         all_values = all_value_columns(history, record["table_name"])
@@ -144,13 +152,24 @@ def test_new_row_and_old_values_records_carry_the_new_row_and_old_values_of_writ
 
 
 def test_column_values_use_spanner_json_encoding(data_records):
-    inserts = [r for _, r in data_records if r["mod_type"] == "INSERT" and r["table_name"] == "Orders"]
-    mod = next(m for r in inserts for m in r["mods"] if all(v is not None for v in m["new_values"].values()))
+    inserts = [
+        r for _, r in data_records if r["mod_type"] == "INSERT" and r["table_name"] == "Orders"
+    ]
+    mod = next(
+        m
+        for r in inserts
+        for m in r["mods"]
+        if all(v is not None for v in m["new_values"].values())
+    )
     types = {c["name"]: c["type"] for r in inserts for c in r["column_types"]}
 
-    assert isinstance(mod["keys"]["CustomerId"], str) and int(mod["keys"]["CustomerId"]) > 0  # INT64 as text
+    assert (
+        isinstance(mod["keys"]["CustomerId"], str) and int(mod["keys"]["CustomerId"]) > 0
+    )  # INT64 as text
     assert isinstance(mod["new_values"]["Amount"], float)
-    assert isinstance(mod["new_values"]["Details"], str) and mod["new_values"]["Details"].startswith("{")
+    assert isinstance(mod["new_values"]["Details"], str) and mod["new_values"][
+        "Details"
+    ].startswith("{")
     assert all(isinstance(q, (str, type(None))) for q in mod["new_values"]["Quantities"])
     assert mod["new_values"]["PlacedAt"].endswith("Z")
     assert types["Quantities"] == {"code": "ARRAY", "array_element_type": {"code": "INT64"}}
@@ -170,7 +189,9 @@ def test_transaction_tags_and_system_transactions_are_present(data_records):
 def test_every_value_capture_type_appears_in_its_period(data_records, history):
     seen = defaultdict(set)
     for _, record in data_records:
-        seen[record["value_capture_type"]].add(history.value_capture_type_at(record["commit_timestamp"]))
+        seen[record["value_capture_type"]].add(
+            history.value_capture_type_at(record["commit_timestamp"])
+        )
 
     assert set(seen) == {"OLD_AND_NEW_VALUES", "NEW_VALUES", "NEW_ROW", "NEW_ROW_AND_OLD_VALUES"}
     assert all(periods == {capture} for capture, periods in seen.items())
@@ -217,7 +238,9 @@ def test_true_state_at_a_timestamp_equals_replaying_the_read_records(data_record
         (record for _, record in data_records),
         key=lambda r: (r["commit_timestamp"], r["server_transaction_id"], r["record_sequence"]),
     )
-    checkpoints = [history.created_at + (history.end - history.created_at) * share for share in (0.3, 0.7, 1.0)]
+    checkpoints = [
+        history.created_at + (history.end - history.created_at) * share for share in (0.3, 0.7, 1.0)
+    ]
     for checkpoint in checkpoints:
         replayed: dict[str, dict] = {t.name: {} for t in history.tables}
         for record in ordered:
@@ -238,8 +261,14 @@ def test_true_state_at_a_timestamp_equals_replaying_the_read_records(data_record
 
 
 def test_database_dialect_is_reported_per_database(emulator):
-    assert spanner_database(emulator.emulator_host, PG_DATABASE).database_dialect == DatabaseDialect.POSTGRESQL
-    assert spanner_database(emulator.emulator_host, "db").database_dialect == DatabaseDialect.GOOGLE_STANDARD_SQL
+    assert (
+        spanner_database(emulator.emulator_host, PG_DATABASE).database_dialect
+        == DatabaseDialect.POSTGRESQL
+    )
+    assert (
+        spanner_database(emulator.emulator_host, "db").database_dialect
+        == DatabaseDialect.GOOGLE_STANDARD_SQL
+    )
 
 
 @pytest.mark.parametrize("dialect", ["GOOGLE_STANDARD_SQL", "POSTGRESQL"])

@@ -54,8 +54,16 @@ def test_start_before_stream_creation_is_rejected(reader, history):
 
 def test_start_before_retention_is_rejected():
     short = History(
-        HistoryConfig(seed=5, duration=timedelta(hours=1), changes_per_second=0.2, splits=1, merges=0,
-                      three_way_merges=0, quiet_periods=0, retention=timedelta(minutes=30))  # fmt: skip
+        HistoryConfig(
+            seed=5,
+            duration=timedelta(hours=1),
+            changes_per_second=0.2,
+            splits=1,
+            merges=0,
+            three_way_merges=0,
+            quiet_periods=0,
+            retention=timedelta(minutes=30),
+        )
     )
     with SpannerChangeStreamEmulator(short) as emulator:
         reader = ChangeStreamReader(spanner_database(emulator.emulator_host), short.stream_name)
@@ -107,9 +115,8 @@ def test_start_before_the_partition_start_is_rejected(reader, history):
 
 def test_unknown_stream_name_is_rejected(reader, history):
     with pytest.raises(InvalidArgument) as refused:
-        reader.execute(
-            f"SELECT ChangeRecord FROM READ_NoSuchStream('{history.created_at.isoformat()}', NULL, NULL, 10000)"
-        )
+        start = history.created_at.isoformat()
+        reader.execute(f"SELECT ChangeRecord FROM READ_NoSuchStream('{start}', NULL, NULL, 10000)")
 
     assert "Table-valued function not found: READ_NoSuchStream" in refused.value.message
     assert history.stream_name in refused.value.message
@@ -117,8 +124,9 @@ def test_unknown_stream_name_is_rejected(reader, history):
 
 def test_unknown_stream_name_is_rejected_in_postgresql(reader, history):
     with pytest.raises(InvalidArgument) as refused:
+        start = history.created_at.isoformat()
         reader.execute(
-            f"SELECT * FROM \"spanner\".\"read_json_NoSuchStream\"('{history.created_at.isoformat()}', NULL, NULL, 10000, NULL)"
+            f'SELECT * FROM "spanner"."read_json_NoSuchStream"(\'{start}\', NULL, NULL, 10000, NULL)'
         )
 
     assert "function spanner.read_json_NoSuchStream does not exist" in refused.value.message

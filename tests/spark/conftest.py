@@ -1,4 +1,8 @@
-"""Fixtures for the Spark layer: a reader session for Iceberg tables, a standalone cluster."""
+"""Fixtures for the Spark layer: a real standalone Spark cluster on 127.0.0.1.
+
+Tables the submitted jobs write are read back through the suite's one session (``spark``,
+tests/conftest.py), each warehouse registered as a catalog of its own (support.open_warehouse).
+"""
 
 from __future__ import annotations
 
@@ -13,35 +17,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from airflow_cdc.spark.iceberg import IcebergCatalog, local_session, provision_iceberg_jars
-
-from .support import TEST_SPARK_CONF, free_port, spark_class
-
-
-@pytest.fixture(scope="session")
-def iceberg_jars() -> list[str]:
-    return provision_iceberg_jars()
-
-
-@pytest.fixture(scope="session")
-def reader(tmp_path_factory, iceberg_jars):
-    """A Spark session in the test process that reads the tables submitted jobs write."""
-    from pyspark import SparkContext
-    from pyspark.sql import SparkSession
-
-    existing = SparkSession.getActiveSession()
-    boot = IcebergCatalog(name="reader_boot", warehouse=str(tmp_path_factory.mktemp("reader")))
-    spark = local_session(boot, "tests-spark-reader", extra_conf=TEST_SPARK_CONF)
-    yield spark
-    if existing is None:  # a session someone else started is theirs to stop
-        spark.stop()
-        # Close the JVM gateway now, while log streams are open: py4j otherwise logs from
-        # __del__ at interpreter exit, into streams pytest (and Airflow's logging) closed.
-        gateway = SparkContext._gateway
-        if gateway is not None:
-            gateway.shutdown()
-            SparkContext._gateway = None
-            SparkContext._jvm = None
+from .support import free_port, spark_class
 
 
 @dataclass(frozen=True)

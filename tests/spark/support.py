@@ -77,7 +77,7 @@ def expected_records(rows: Sequence[ChangeRow]) -> list[dict]:
 
 @dataclass(frozen=True)
 class TableReader:
-    """Reads one warehouse's tables through the reader session, with no cached table state."""
+    """Reads one warehouse's tables through a session catalog that caches no table state."""
 
     spark: object
     catalog: str
@@ -113,16 +113,16 @@ class TableReader:
         return [(row.day, row.record_count) for row in rows]
 
 
-def open_warehouse(reader, warehouse: Path) -> TableReader:
-    """Register ``warehouse`` as a new Hadoop catalog of the reader session."""
+def open_warehouse(spark, warehouse: Path) -> TableReader:
+    """Register ``warehouse`` as a new Hadoop catalog of the session ``spark``."""
     name = f"read{next(_catalog_numbers)}"
     prefix = f"spark.sql.catalog.{name}"
-    reader.conf.set(prefix, "org.apache.iceberg.spark.SparkCatalog")
-    reader.conf.set(f"{prefix}.type", "hadoop")
-    reader.conf.set(f"{prefix}.warehouse", warehouse.absolute().as_uri())
+    spark.conf.set(prefix, "org.apache.iceberg.spark.SparkCatalog")
+    spark.conf.set(f"{prefix}.type", "hadoop")
+    spark.conf.set(f"{prefix}.warehouse", warehouse.absolute().as_uri())
     # Other processes commit to these tables between reads: never serve a cached snapshot.
-    reader.conf.set(f"{prefix}.cache-enabled", "false")
-    return TableReader(reader, name)
+    spark.conf.set(f"{prefix}.cache-enabled", "false")
+    return TableReader(spark, name)
 
 
 def free_port() -> int:

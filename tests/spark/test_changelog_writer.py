@@ -52,14 +52,14 @@ class History:
 
 
 @pytest.fixture(scope="module")
-def history(tmp_path_factory, reader) -> History:
+def history(tmp_path_factory, spark) -> History:
     """Window 1 written, window 1 submitted again, then window 2: observed after each submit.
 
     Shared by the tests below, which only read it (three submits instead of six).
     """
     folder = tmp_path_factory.mktemp("changelog_history")
     catalog = IcebergCatalog(warehouse=str(folder / "warehouse"))
-    tables = open_warehouse(reader, folder / "warehouse")
+    tables = open_warehouse(spark, folder / "warehouse")
     observed = {}
     for step, w, rows in (
         ("first", WINDOW_1, ROWS_1),
@@ -108,11 +108,11 @@ def test_changelog_is_partitioned_by_day_of_commit_timestamp(history):
     assert history.tables.day_partitions(TABLE) == [("2024-05-01", 4), ("2024-05-02", 2)]
 
 
-def test_empty_window_commits_one_tagged_snapshot_without_rows(tmp_path, reader):
+def test_empty_window_commits_one_tagged_snapshot_without_rows(tmp_path, spark):
     # The gate and re-runs must tell "extracted, zero changes" from "never extracted".
     catalog = IcebergCatalog(warehouse=str(tmp_path / "warehouse"))
     result = submit(catalog, tmp_path, "empty", WINDOW_1.window_id, [])
-    tables = open_warehouse(reader, tmp_path / "warehouse")
+    tables = open_warehouse(spark, tmp_path / "warehouse")
     assert [(s["window_id"], s["added_records"]) for s in tables.snapshots(TABLE)] == [
         (WINDOW_1.window_id, 0)
     ]
@@ -120,12 +120,12 @@ def test_empty_window_commits_one_tagged_snapshot_without_rows(tmp_path, reader)
     assert (result.rows_written, result.skipped) == (0, False)
 
 
-def test_rows_of_another_window_are_refused_before_anything_is_written(tmp_path, reader):
+def test_rows_of_another_window_are_refused_before_anything_is_written(tmp_path, spark):
     catalog = IcebergCatalog(warehouse=str(tmp_path / "warehouse"))
     mixed = ROWS_1[:2] + ROWS_2[:1]
     with pytest.raises(SparkJobError) as refused:
         submit(catalog, tmp_path, "mixed", WINDOW_1.window_id, mixed)
     assert "WindowMismatchError" in refused.value.reason
     assert f"'{WINDOW_2.window_id}' (1 rows)" in refused.value.reason
-    assert not open_warehouse(reader, tmp_path / "warehouse").exists(TABLE)
+    assert not open_warehouse(spark, tmp_path / "warehouse").exists(TABLE)
     assert not (tmp_path / "mixed.result.json").exists()

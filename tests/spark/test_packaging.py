@@ -18,12 +18,13 @@ def test_py_files_zip_holds_airflow_cdc_and_spark_jobs_sources_without_bytecode(
 
 def test_py_files_zip_is_reused_while_its_content_is_unchanged(tmp_path):
     first = build_py_files(cache_dir=tmp_path)
-    built_at = first.stat().st_mtime_ns
+    inode = first.stat().st_ino
 
     again = build_py_files(cache_dir=tmp_path)
 
     assert again == first
-    assert again.stat().st_mtime_ns == built_at
+    assert again.stat().st_ino == inode  # not rebuilt (a rebuild renames a new file over it)
+    assert list(tmp_path.iterdir()) == [first]
 
 
 def test_py_files_zip_gets_a_new_name_when_a_file_changes(tmp_path):

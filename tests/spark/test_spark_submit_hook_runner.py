@@ -23,7 +23,7 @@ WINDOW = window(5)
 
 
 def test_changelog_writer_runs_on_a_standalone_cluster_through_spark_submit_hook(
-    tmp_path, monkeypatch, standalone_cluster, reader
+    tmp_path, monkeypatch, standalone_cluster, spark
 ):
     monkeypatch.setenv(
         "AIRFLOW_CONN_SPARK_TEST",
@@ -55,7 +55,7 @@ def test_changelog_writer_runs_on_a_standalone_cluster_through_spark_submit_hook
 
     SparkSubmitHookRunner(conn_id="spark_test").run(spec)
 
-    tables = open_warehouse(reader, tmp_path / "warehouse")
+    tables = open_warehouse(spark, tmp_path / "warehouse")
     assert tables.records(TABLE) == expected_records(rows)
     assert ChangelogWriteResult.read(tmp_path / "result.json").rows_written == 5
     finished = [app["name"] for app in standalone_cluster.state()["completedapps"]]

@@ -26,25 +26,43 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m airflow_cdc.emulators.spanner",
         description="Serve a seeded Spanner change stream history over the real Spanner gRPC API.",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=9010, help="port (default 9010; 0 = any free port)")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=9010, help="port (default 9010; 0 = any free port)"
+    )
     parser.add_argument("--seed", type=int, default=defaults.seed)
-    parser.add_argument("--start", type=parse_ts, default=DEFAULT_START, help="history start, ISO-8601 with offset")
+    parser.add_argument(
+        "--start", type=parse_ts, default=DEFAULT_START, help="history start, ISO-8601 with offset"
+    )
     parser.add_argument("--hours", type=float, default=defaults.duration.total_seconds() / 3600)
     parser.add_argument("--changes-per-second", type=float, default=defaults.changes_per_second)
     parser.add_argument("--splits", type=int, default=defaults.splits)
     parser.add_argument("--merges", type=int, default=defaults.merges)
     parser.add_argument("--three-way-merges", type=int, default=defaults.three_way_merges)
     parser.add_argument("--initial-partitions", type=int, default=defaults.initial_partitions)
-    parser.add_argument("--quiet-periods", type=int, default=defaults.quiet_periods, help="idle periods (no commits)")
-    parser.add_argument("--stream", default=DEFAULT_STREAM, help="change stream name (READ_<stream>)")
-    parser.add_argument("--retention-hours", type=float, default=defaults.retention.total_seconds() / 3600)
-    parser.add_argument("--now", type=parse_ts, default=None, help="the emulator's clock (default: end of history)")
+    parser.add_argument(
+        "--quiet-periods",
+        type=int,
+        default=defaults.quiet_periods,
+        help="idle periods (no commits)",
+    )
+    parser.add_argument(
+        "--stream", default=DEFAULT_STREAM, help="change stream name (READ_<stream>)"
+    )
+    parser.add_argument(
+        "--retention-hours", type=float, default=defaults.retention.total_seconds() / 3600
+    )
+    parser.add_argument(
+        "--now", type=parse_ts, default=None, help="the emulator's clock (default: end of history)"
+    )
     parser.add_argument(
         "--postgresql-database",
         action="append",
         default=[],
-        help="database id GetDatabase reports as PostgreSQL (repeatable); all databases answer both dialects",
+        help="database id that GetDatabase reports as PostgreSQL (repeatable); every database "
+        "answers both dialects' read functions",
     )
     return parser.parse_args(argv)
 
@@ -57,7 +75,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     emulator = SpannerChangeStreamEmulator(
-        history, host=args.host, port=args.port, now=args.now, postgresql_databases=args.postgresql_database
+        history,
+        host=args.host,
+        port=args.port,
+        now=args.now,
+        postgresql_databases=args.postgresql_database,
     )
     try:
         emulator.start()

@@ -27,6 +27,7 @@ from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from airflow_cdc.model import CdcError, ensure_utc, validate_identifier
 
@@ -93,7 +94,9 @@ class HistoryConfig:
         if self.duration <= timedelta(0):
             raise HistoryConfigError(f"history duration {self.duration} must be positive")
         if self.changes_per_second <= 0:
-            raise HistoryConfigError(f"changes_per_second {self.changes_per_second} must be positive")
+            raise HistoryConfigError(
+                f"changes_per_second {self.changes_per_second} must be positive"
+            )
         if self.retention <= timedelta(0):
             raise HistoryConfigError(f"retention {self.retention} must be positive")
         if not self.tables:
@@ -177,7 +180,9 @@ class DataChangeRecord:
                 new_values = _encode(columns, change.new_row, value_names)
             elif mod_type == UPDATE:
                 full_new = capture in (NEW_ROW, NEW_ROW_AND_OLD_VALUES)
-                new_values = _encode(columns, change.new_row, value_names if full_new else change.written)
+                new_values = _encode(
+                    columns, change.new_row, value_names if full_new else change.written
+                )
                 if capture in (OLD_AND_NEW_VALUES, NEW_ROW_AND_OLD_VALUES):
                     old_values = _encode(columns, change.old_row, change.written)
             elif capture in (OLD_AND_NEW_VALUES, NEW_ROW_AND_OLD_VALUES):  # DELETE
@@ -186,8 +191,8 @@ class DataChangeRecord:
         return out
 
 
-def _encode(columns: dict, row: dict | None, names) -> dict:
-    return {name: columns[name].type.encode(row[name]) for name in names}  # type: ignore[index]
+def _encode(columns: dict, row: Any, names) -> dict:
+    return {name: columns[name].type.encode(row[name]) for name in names}
 
 
 @dataclass(slots=True)
@@ -246,12 +251,14 @@ class History:
         )
         share = (self.end_us - self.created_us) // len(cfg.value_capture_types)
         self.value_capture_changes: tuple[tuple[int, str], ...] = tuple(
-            (self.created_us + i * share, capture) for i, capture in enumerate(cfg.value_capture_types)
+            (self.created_us + i * share, capture)
+            for i, capture in enumerate(cfg.value_capture_types)
         )
         self._capture_times = [t for t, _ in self.value_capture_changes]
         self.quiet_periods: tuple[tuple[int, int], ...] = self._plan_quiet_periods()
-        self._versions: dict[tuple[str, tuple], _Versions] = {}
-        self.transactions: tuple[Transaction, ...] = tuple(_Generator(self).run())
+        generator = _Generator(self)
+        self.transactions: tuple[Transaction, ...] = tuple(generator.run())
+        self._versions: dict[tuple[str, tuple], _Versions] = generator.versions
         self._records: dict[str, list[DataChangeRecord]] = {t: [] for t in self.lineage.partitions}
         for transaction in self.transactions:
             for record in transaction.records:
@@ -314,7 +321,9 @@ class History:
         return sum(len(t.changes) for t in self.transactions)
 
     # --- truth --------------------------------------------------------------------------
-    def row_at(self, table: str, key: tuple, at: datetime | int, *, as_json: bool = False) -> dict | None:
+    def row_at(
+        self, table: str, key: tuple, at: datetime | int, *, as_json: bool = False
+    ) -> dict | None:
         """The row right after every commit at or before ``at`` (None if absent then).
 
         ``key`` holds Python values in key column order; ``as_json`` encodes the row's values
@@ -331,7 +340,9 @@ class History:
         columns = next(t for t in self.tables if t.name == table).columns
         return {c.name: c.type.encode(row[c.name]) for c in columns}
 
-    def state_at(self, at: datetime | int, *, as_json: bool = False) -> dict[str, dict[tuple, dict]]:
+    def state_at(
+        self, at: datetime | int, *, as_json: bool = False
+    ) -> dict[str, dict[tuple, dict]]:
         """Every table's rows at ``at``: ``{table: {key tuple: {column: value}}}``.
 
         Values are Python values, or with ``as_json=True`` their change stream JSON form
@@ -374,9 +385,15 @@ class History:
             "changes_by_table": dict(sorted(Counter(c.table.name for c in changes).items())),
             "changes_by_mod_type": dict(sorted(Counter(c.mod_type for c in changes).items())),
             "changes_by_value_capture_type": dict(
-                sorted(Counter(t.value_capture_type for t in self.transactions for _ in t.changes).items())
+                sorted(
+                    Counter(
+                        t.value_capture_type for t in self.transactions for _ in t.changes
+                    ).items()
+                )
             ),
-            "multi_partition_transactions": sum(1 for t in self.transactions if len(t.partition_tokens) > 1),
+            "multi_partition_transactions": sum(
+                1 for t in self.transactions if len(t.partition_tokens) > 1
+            ),
             "system_transactions": sum(1 for t in self.transactions if t.is_system_transaction),
             "tagged_transactions": sum(1 for t in self.transactions if t.transaction_tag),
         }
@@ -390,16 +407,13 @@ class History:
         slot = (self.end_us - self.created_us) // cfg.quiet_periods
         periods = []
         for index in range(cfg.quiet_periods):
-            begin = self.created_us + index * slot + rng.randint(slot // 8, max(slot // 8, slot - length - slot // 8))
+            begin = (
+                self.created_us
+                + index * slot
+                + rng.randint(slot // 8, max(slot // 8, slot - length - slot // 8))
+            )
             periods.append((begin, begin + length))
         return tuple(periods)
-
-    def _record_version(self, table: str, key: tuple, at_us: int, row: dict | None) -> None:
-        versions = self._versions.get((table, key))
-        if versions is None:
-            versions = self._versions[(table, key)] = _Versions()
-        versions.times.append(at_us)
-        versions.rows.append(row)
 
 
 def generate_history(**overrides) -> History:
@@ -425,6 +439,7 @@ class _Generator:
         self.id_prefix = f"{cfg.seed}/{cfg.stream_name}/"
         self.count = 0
         self.column_names: dict[tuple, tuple[str, ...]] = {}  # see _column_names
+        self.versions: dict[tuple[str, tuple], _Versions] = {}  # every row's images, for the truth
 
     def run(self):
         history, rng, cfg = self.history, self.rng, self.history.config
@@ -477,17 +492,31 @@ class _Generator:
                 new_row = None
                 del self.current[table.name][key]
             else:
-                new_row = dict(old_row) if old_row else dict(zip((c.name for c in table.key_columns), key))
+                new_row = (
+                    dict(old_row)
+                    if old_row
+                    else dict(zip((c.name for c in table.key_columns), key))
+                )
                 for column in table.value_columns:
                     if column.name in written:
                         new_row[column.name] = generate_value(rng, column, when)
                 self.current[table.name][key] = new_row
-            self.history._record_version(table.name, key, at, new_row)
+            versions = self.versions.get((table.name, key))
+            if versions is None:
+                versions = self.versions[(table.name, key)] = _Versions()
+            versions.times.append(at)
+            versions.rows.append(new_row)
             partition = self.cursor.locate(self._position(table.name, key))
-            changes.append(RowChange(table, key, mod_type, old_row, new_row, written, partition.token))
+            changes.append(
+                RowChange(table, key, mod_type, old_row, new_row, written, partition.token)
+            )
         self.count += 1
-        digest = hashlib.blake2b(f"{self.id_prefix}{self.count}".encode(), digest_size=10).hexdigest()
-        return _with_records(at, digest, tag, kind == "system", capture, tuple(changes), self.column_names)
+        digest = hashlib.blake2b(
+            f"{self.id_prefix}{self.count}".encode(), digest_size=10
+        ).hexdigest()
+        return _with_records(
+            at, digest, tag, kind == "system", capture, tuple(changes), self.column_names
+        )
 
     def _plan(self, kind: str, exclude: set) -> tuple[list, str]:
         """The writes of one transaction of ``kind`` and its transaction tag."""
@@ -524,7 +553,9 @@ class _Generator:
             else:
                 values = table.value_columns
                 chosen = set(_distinct(rng, len(values), rng.randint(1, min(3, len(values)))))
-                planned.append((table, key, UPDATE, tuple(c.name for i, c in enumerate(values) if i in chosen)))
+                planned.append(
+                    (table, key, UPDATE, tuple(c.name for i, c in enumerate(values) if i in chosen))
+                )
         return planned
 
     def _plan_transfer(self, exclude: set) -> list | None:
@@ -556,7 +587,10 @@ class _Generator:
         present = [k for k in sorted(self.current[table.name]) if (table.name, k) not in exclude]
         if not present:
             return []
-        return [(table, key, DELETE, ()) for key in rng.sample(present, min(len(present), rng.randint(1, 4)))]
+        return [
+            (table, key, DELETE, ())
+            for key in rng.sample(present, min(len(present), rng.randint(1, 4)))
+        ]
 
     def _position(self, table: str, key: tuple) -> int:
         position = self.positions.get((table, key))
@@ -575,20 +609,40 @@ def _distinct(rng: random.Random, size: int, count: int) -> list[int]:
 
 
 def _with_records(
-    at: int, server_transaction_id: str, tag: str, is_system: bool, capture: str, changes: tuple, names_cache: dict
+    at: int,
+    server_transaction_id: str,
+    tag: str,
+    is_system: bool,
+    capture: str,
+    changes: tuple,
+    names_cache: dict,
 ) -> Transaction:
     """Group a transaction's changes into data change records, as Spanner does."""
     groups: dict[tuple, list[RowChange]] = {}
     for change in changes:
         names = _column_names(names_cache, change.table, change.mod_type, capture, change.written)
-        groups.setdefault((change.partition_token, change.table.name, change.mod_type, names), []).append(change)
+        groups.setdefault(
+            (change.partition_token, change.table.name, change.mod_type, names), []
+        ).append(change)
     last_in_partition = {token: index for index, (token, *_rest) in enumerate(groups)}
     partitions, count = len(last_in_partition), len(groups)
     records = tuple(
         DataChangeRecord(
-            token, at, server_transaction_id, f"{index:08d}", last_in_partition[token] == index,
-            grouped[0].table, mod_type, capture, names, tuple(grouped), count, partitions, tag, is_system,
-        )  # fmt: skip
+            token,
+            at,
+            server_transaction_id,
+            f"{index:08d}",
+            last_in_partition[token] == index,
+            grouped[0].table,
+            mod_type,
+            capture,
+            names,
+            tuple(grouped),
+            count,
+            partitions,
+            tag,
+            is_system,
+        )
         for index, ((token, _table, mod_type, names), grouped) in enumerate(groups.items())
     )
     return Transaction(at, server_transaction_id, tag, is_system, capture, changes, records)

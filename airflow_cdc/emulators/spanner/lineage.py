@@ -93,7 +93,9 @@ class Lineage:
 
     def live_at(self, at_us: int) -> list[Partition]:
         """The partitions live at ``at_us``, ordered by key range."""
-        return sorted((p for p in self.partitions.values() if p.live_at(at_us)), key=lambda p: p.low)
+        return sorted(
+            (p for p in self.partitions.values() if p.live_at(at_us)), key=lambda p: p.low
+        )
 
     def cursor(self) -> LineageCursor:
         return LineageCursor(self)
@@ -112,7 +114,9 @@ class LineageCursor:
     def advance(self, at_us: int) -> None:
         """Apply every split and merge that happened at or before ``at_us``."""
         changed = False
-        while self._next_event < len(self._pending) and self._pending[self._next_event].at_us <= at_us:
+        while (
+            self._next_event < len(self._pending) and self._pending[self._next_event].at_us <= at_us
+        ):
             event = self._pending[self._next_event]
             self._next_event += 1
             ended = set(event.parents)
@@ -166,12 +170,20 @@ def plan_lineage(
 
     def new_partition(start: int, low: int, high: int, parents: tuple[str, ...]) -> str:
         token = tokens.next()
-        built[token] = {"start_us": start, "end_us": None, "low": low, "high": high,
-                        "parents": parents, "children": ()}  # fmt: skip
+        built[token] = {
+            "start_us": start,
+            "end_us": None,
+            "low": low,
+            "high": high,
+            "parents": parents,
+            "children": (),
+        }
         return token
 
     bounds = [KEYSPACE * i // initial_partitions for i in range(initial_partitions + 1)]
-    live = [new_partition(start_us, bounds[i], bounds[i + 1], ()) for i in range(initial_partitions)]
+    live = [
+        new_partition(start_us, bounds[i], bounds[i + 1], ()) for i in range(initial_partitions)
+    ]
 
     event_count = splits + merges
     slot = (end_us - start_us) // (event_count + 1) if event_count else 0
@@ -185,7 +197,8 @@ def plan_lineage(
         # The count check above keeps any order finishable; a merge just needs enough partitions.
         feasible_merge = next((size for size in merge_sizes if size <= len(live)), None)
         do_split = remaining_splits > 0 and (
-            feasible_merge is None or rng.random() < remaining_splits / (remaining_splits + len(merge_sizes))
+            feasible_merge is None
+            or rng.random() < remaining_splits / (remaining_splits + len(merge_sizes))
         )
         live.sort(key=lambda t: built[t]["low"])
         if do_split:
@@ -193,13 +206,17 @@ def plan_lineage(
             parent = rng.choice(live)
             low, high = built[parent]["low"], built[parent]["high"]
             middle = low + (high - low) // 2 + rng.randint(-(high - low) // 8, (high - low) // 8)
-            children = (new_partition(at, low, middle, (parent,)), new_partition(at, middle, high, (parent,)))
+            children = (
+                new_partition(at, low, middle, (parent,)),
+                new_partition(at, middle, high, (parent,)),
+            )
             parents = (parent,)
         else:
             size = feasible_merge
-            merge_sizes.remove(size)  # type: ignore[arg-type]
-            first = rng.randrange(len(live) - size + 1)  # type: ignore[operator]
-            parents = tuple(live[first : first + size])  # type: ignore[operator]
+            assert size is not None, "the partition count check above keeps a merge feasible"
+            merge_sizes.remove(size)
+            first = rng.randrange(len(live) - size + 1)
+            parents = tuple(live[first : first + size])
             low, high = built[parents[0]]["low"], built[parents[-1]]["high"]
             children = (new_partition(at, low, high, parents),)
         for parent in parents:
@@ -220,5 +237,7 @@ class _TokenFactory:
 
     def next(self) -> str:
         self._count += 1
-        digest = hashlib.blake2b((self._prefix + str(self._count)).encode(), digest_size=24).digest()
+        digest = hashlib.blake2b(
+            (self._prefix + str(self._count)).encode(), digest_size=24
+        ).digest()
         return base64.urlsafe_b64encode(digest).decode("ascii")

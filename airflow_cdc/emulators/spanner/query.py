@@ -116,7 +116,9 @@ def _partition_records(history: History, partition: Partition, read: AcceptedRea
             progress += interval
             yield HeartbeatRecord(progress)
         # Every parent of a merged child returns this same record (same start, token, parents).
-        children = tuple(ChildPartition(t, history.lineage.partitions[t].parents) for t in partition.children)
+        children = tuple(
+            ChildPartition(t, history.lineage.partitions[t].parents) for t in partition.children
+        )
         yield ChildPartitionsRecord(end, "00000000", children)
         return
     while upper - progress >= interval:
@@ -133,7 +135,8 @@ def validate(history: History, args: ReadArguments, now_us: int) -> AcceptedRead
     earliest = max(now_us - history.retention_us, history.created_us)
     if args.start_us < earliest:
         reason = (
-            f"the change stream {history.stream_name} was created at {format_micros(history.created_us)}"
+            f"the change stream {history.stream_name} was created at "
+            f"{format_micros(history.created_us)}"
             if earliest == history.created_us
             else f"its retention period {timedelta(microseconds=history.retention_us)} "
             f"reaches back from now ({format_micros(now_us)})"
@@ -181,7 +184,9 @@ def validate(history: History, args: ReadArguments, now_us: int) -> AcceptedRead
             f"Specified partition_token is invalid, as it does not belong to the Change Stream "
             f"associated with the TVF. Received partition_token: {args.partition_token}.",
         )
-    latest = partition.end_us if partition.end_us is not None and partition.end_us <= now_us else now_us
+    latest = (
+        partition.end_us if partition.end_us is not None and partition.end_us <= now_us else now_us
+    )
     if not partition.start_us <= args.start_us <= latest:
         raise ChangeStreamQueryError(
             "OUT_OF_RANGE",

@@ -6,10 +6,12 @@ GoogleSQL: one column ``ChangeRecord`` of type (the service's own definition)::
       data_change_record ARRAY<STRUCT<commit_timestamp TIMESTAMP, record_sequence STRING,
         server_transaction_id STRING, is_last_record_in_transaction_in_partition BOOL,
         table_name STRING,
-        column_types ARRAY<STRUCT<name STRING, type JSON, is_primary_key BOOL, ordinal_position INT64>>,
+        column_types ARRAY<STRUCT<name STRING, type JSON, is_primary_key BOOL,
+          ordinal_position INT64>>,
         mods ARRAY<STRUCT<keys JSON, new_values JSON, old_values JSON>>,
         mod_type STRING, value_capture_type STRING, number_of_records_in_transaction INT64,
-        number_of_partitions_in_transaction INT64, transaction_tag STRING, is_system_transaction BOOL>>,
+        number_of_partitions_in_transaction INT64, transaction_tag STRING,
+        is_system_transaction BOOL>>,
       heartbeat_record ARRAY<STRUCT<timestamp TIMESTAMP>>,
       child_partitions_record ARRAY<STRUCT<start_timestamp TIMESTAMP, record_sequence STRING,
         child_partitions ARRAY<STRUCT<token STRING, parent_partition_tokens ARRAY<STRING>>>>>>>
@@ -28,6 +30,7 @@ PG_JSONB for numeric and jsonb columns, as a PostgreSQL-dialect database describ
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from google.cloud.spanner_v1.types import result_set, type as spanner_type
 from google.protobuf import struct_pb2
@@ -57,7 +60,11 @@ def _struct(*fields: tuple[str, spanner_type.Type]) -> spanner_type.Type:
     )
 
 
-_STRING, _BOOL, _INT64 = _scalar(_TypeCode.STRING), _scalar(_TypeCode.BOOL), _scalar(_TypeCode.INT64)
+_STRING, _BOOL, _INT64 = (
+    _scalar(_TypeCode.STRING),
+    _scalar(_TypeCode.BOOL),
+    _scalar(_TypeCode.INT64),
+)
 _TIMESTAMP, _JSON = _scalar(_TypeCode.TIMESTAMP), _scalar(_TypeCode.JSON)
 
 DATA_CHANGE_RECORD_TYPE = _struct(
@@ -66,7 +73,17 @@ DATA_CHANGE_RECORD_TYPE = _struct(
     ("server_transaction_id", _STRING),
     ("is_last_record_in_transaction_in_partition", _BOOL),
     ("table_name", _STRING),
-    ("column_types", _array(_struct(("name", _STRING), ("type", _JSON), ("is_primary_key", _BOOL), ("ordinal_position", _INT64)))),
+    (
+        "column_types",
+        _array(
+            _struct(
+                ("name", _STRING),
+                ("type", _JSON),
+                ("is_primary_key", _BOOL),
+                ("ordinal_position", _INT64),
+            )
+        ),
+    ),
     ("mods", _array(_struct(("keys", _JSON), ("new_values", _JSON), ("old_values", _JSON)))),
     ("mod_type", _STRING),
     ("value_capture_type", _STRING),
@@ -79,7 +96,10 @@ HEARTBEAT_RECORD_TYPE = _struct(("timestamp", _TIMESTAMP))
 CHILD_PARTITIONS_RECORD_TYPE = _struct(
     ("start_timestamp", _TIMESTAMP),
     ("record_sequence", _STRING),
-    ("child_partitions", _array(_struct(("token", _STRING), ("parent_partition_tokens", _array(_STRING))))),
+    (
+        "child_partitions",
+        _array(_struct(("token", _STRING), ("parent_partition_tokens", _array(_STRING)))),
+    ),
 )
 CHANGE_RECORD_TYPE = _array(
     _struct(
@@ -93,12 +113,16 @@ CHANGE_RECORD_TYPE = _array(
 def metadata(dialect: str, function_name: str) -> result_set.ResultSetMetadata:
     """The result's one column: ``ChangeRecord`` (GoogleSQL) or ``read_json_<stream>`` JSONB."""
     if dialect == POSTGRESQL:
-        column_type = spanner_type.Type(code=_TypeCode.JSON, type_annotation=spanner_type.TypeAnnotationCode.PG_JSONB)
+        column_type = spanner_type.Type(
+            code=_TypeCode.JSON, type_annotation=spanner_type.TypeAnnotationCode.PG_JSONB
+        )
         name = function_name
     else:
         column_type, name = CHANGE_RECORD_TYPE, "ChangeRecord"
     return result_set.ResultSetMetadata(
-        row_type=spanner_type.StructType(fields=[spanner_type.StructType.Field(name=name, type_=column_type)])
+        row_type=spanner_type.StructType(
+            fields=[spanner_type.StructType.Field(name=name, type_=column_type)]
+        )
     )
 
 
@@ -127,7 +151,9 @@ def _data_change_fields(record: DataChangeRecord, dialect: str) -> dict:
         "commit_timestamp": format_micros(record.commit_us),
         "record_sequence": record.record_sequence,
         "server_transaction_id": record.server_transaction_id,
-        "is_last_record_in_transaction_in_partition": record.is_last_record_in_transaction_in_partition,
+        "is_last_record_in_transaction_in_partition": (
+            record.is_last_record_in_transaction_in_partition
+        ),
         "table_name": table.name,
         "column_types": [
             {
@@ -177,7 +203,10 @@ def row_value(record: ChangeRecord, dialect: str) -> struct_pb2.Value:
                 record.is_last_record_in_transaction_in_partition,
                 record.table.name,
                 _googlesql_column_types(record),
-                [[_dumps(m["keys"]), _dumps(m["new_values"]), _dumps(m["old_values"])] for m in record.mods()],
+                [
+                    [_dumps(m["keys"]), _dumps(m["new_values"]), _dumps(m["old_values"])]
+                    for m in record.mods()
+                ],
                 record.mod_type,
                 record.value_capture_type,
                 str(record.number_of_records_in_transaction),
@@ -201,14 +230,19 @@ def _googlesql_column_types(record: DataChangeRecord) -> list:
         table = record.table
         columns = {c.name: c for c in table.columns}
         described = [
-            [name, _dumps(columns[name].type.type_json(GOOGLESQL)), columns[name].primary_key, str(table.ordinal(name))]
+            [
+                name,
+                _dumps(columns[name].type.type_json(GOOGLESQL)),
+                columns[name].primary_key,
+                str(table.ordinal(name)),
+            ]
             for name in record.column_names
         ]
         cached = _COLUMN_TYPES[cache_key] = (table, described)
     return cached[1]
 
 
-def _fill(target: struct_pb2.Value, item: object) -> None:
+def _fill(target: struct_pb2.Value, item: Any) -> None:
     """Write a nested list of str/bool leaves into ``target`` (STRUCT and ARRAY are ListValue)."""
     if isinstance(item, list):
         values = target.list_value.values
@@ -218,7 +252,7 @@ def _fill(target: struct_pb2.Value, item: object) -> None:
     elif isinstance(item, bool):
         target.bool_value = item
     else:
-        target.string_value = item  # type: ignore[assignment]
+        target.string_value = item
 
 
 def _dumps(value: object) -> str:

@@ -16,12 +16,23 @@ import json
 import random
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 from airflow_cdc.model import CdcError, format_ts, parse_ts, validate_identifier
 
-SCALAR_CODES = ("STRING", "INT64", "FLOAT64", "BOOL", "NUMERIC", "JSON", "TIMESTAMP", "DATE", "BYTES")
+SCALAR_CODES = (
+    "STRING",
+    "INT64",
+    "FLOAT64",
+    "BOOL",
+    "NUMERIC",
+    "JSON",
+    "TIMESTAMP",
+    "DATE",
+    "BYTES",
+)
 GOOGLESQL = "GOOGLE_STANDARD_SQL"
 POSTGRESQL = "POSTGRESQL"
 
@@ -69,7 +80,9 @@ class SpannerType:
     def __post_init__(self) -> None:
         if self.code == "ARRAY":
             if self.element is None or self.element.code == "ARRAY":
-                raise SchemaError("ARRAY needs a scalar element type: ARRAY<STRING>, not ARRAY<ARRAY<...>>")
+                raise SchemaError(
+                    "ARRAY needs a scalar element type: ARRAY<STRING>, not ARRAY<ARRAY<...>>"
+                )
         elif self.code not in SCALAR_CODES:
             raise SchemaError(
                 f"column type {self.code!r} is not supported: use one of "
@@ -102,49 +115,49 @@ class SpannerType:
             return f"{inner}[]" if dialect == POSTGRESQL else f"ARRAY<{inner}>"
         return (_PG_DDL if dialect == POSTGRESQL else _GSQL_DDL)[self.code]
 
-    def encode(self, value: object) -> object:
+    def encode(self, value: Any) -> Any:
         """The change stream JSON form of a Python value of this type (``None`` stays null)."""
         if value is None:
             return None
         if self.element is not None:
-            return [self.element.encode(item) for item in value]  # type: ignore[union-attr]
+            return [self.element.encode(item) for item in value]
         code = self.code
         if code in ("STRING", "BOOL"):
             return value
         if code == "INT64":
             return str(value)
         if code == "FLOAT64":
-            return float(value)  # type: ignore[arg-type]
+            return float(value)
         if code == "NUMERIC":
-            return numeric_text(value)  # type: ignore[arg-type]
+            return numeric_text(value)
         if code == "JSON":
             return json.dumps(value, sort_keys=True, separators=(",", ":"))
         if code == "TIMESTAMP":
-            return format_ts(value)  # type: ignore[arg-type]
+            return format_ts(value)
         if code == "DATE":
-            return value.isoformat()  # type: ignore[union-attr]
-        return base64.b64encode(value).decode("ascii")  # type: ignore[arg-type]  # BYTES
+            return value.isoformat()
+        return base64.b64encode(value).decode("ascii")  # BYTES
 
-    def decode(self, encoded: object) -> object:
+    def decode(self, encoded: Any) -> Any:
         """Inverse of :meth:`encode`."""
         if encoded is None:
             return None
         if self.element is not None:
-            return [self.element.decode(item) for item in encoded]  # type: ignore[union-attr]
+            return [self.element.decode(item) for item in encoded]
         code = self.code
         if code in ("STRING", "BOOL", "FLOAT64"):
             return encoded
         if code == "INT64":
-            return int(encoded)  # type: ignore[arg-type]
+            return int(encoded)
         if code == "NUMERIC":
-            return Decimal(encoded)  # type: ignore[arg-type]
+            return Decimal(encoded)
         if code == "JSON":
-            return json.loads(encoded)  # type: ignore[arg-type]
+            return json.loads(encoded)
         if code == "TIMESTAMP":
-            return parse_ts(encoded)  # type: ignore[arg-type]
+            return parse_ts(encoded)
         if code == "DATE":
-            return date.fromisoformat(encoded)  # type: ignore[arg-type]
-        return base64.b64decode(encoded)  # type: ignore[arg-type]
+            return date.fromisoformat(encoded)
+        return base64.b64decode(encoded)
 
 
 def numeric_text(value: Decimal) -> str:
@@ -195,7 +208,9 @@ class Table:
         if len(set(n.lower() for n in names)) != len(names):
             raise SchemaError(f"table {self.name!r} has duplicate column names: {names}")
         if not any(c.primary_key for c in self.columns):
-            raise SchemaError(f"table {self.name!r} has no primary key column: mark one primary_key=True")
+            raise SchemaError(
+                f"table {self.name!r} has no primary key column: mark one primary_key=True"
+            )
         if not any(not c.primary_key for c in self.columns):
             raise SchemaError(f"table {self.name!r} needs at least one non-key column to update")
         if self.key_count < 1:
@@ -222,7 +237,9 @@ class Table:
         for position, column in enumerate(self.key_columns):
             if column.type.code == "INT64":
                 # The first of several INT64 key parts groups rows (an interleaving-like parent).
-                parts.append(index // 8 + 1 if position == 0 and len(self.key_columns) > 1 else index + 1)
+                parts.append(
+                    index // 8 + 1 if position == 0 and len(self.key_columns) > 1 else index + 1
+                )
             else:
                 prefix = self.key_prefix or self.name[:4].lower()
                 parts.append(f"{prefix}-{index:06d}")
@@ -234,12 +251,15 @@ class Table:
             cols = ",\n  ".join(f"{c.name} {c.type.ddl(dialect)}" for c in self.columns)
             return f"CREATE TABLE {self.name} (\n  {cols},\n  PRIMARY KEY ({keys})\n)"
         cols = ",\n  ".join(
-            f"{c.name} {c.type.ddl(dialect)}{' NOT NULL' if c.primary_key else ''}" for c in self.columns
+            f"{c.name} {c.type.ddl(dialect)}{' NOT NULL' if c.primary_key else ''}"
+            for c in self.columns
         )
         return f"CREATE TABLE {self.name} (\n  {cols},\n) PRIMARY KEY ({keys})"
 
 
-def generate_value(rng: random.Random, column: Column, at: datetime, null_share: float = 0.05) -> object:
+def generate_value(
+    rng: random.Random, column: Column, at: datetime, null_share: float = 0.05
+) -> object:
     """A random value for ``column`` written at ``at``; non-key columns are NULL now and then."""
     if not column.primary_key and rng.random() < null_share:
         return None
@@ -266,7 +286,7 @@ def _generate_scalar(rng: random.Random, column: Column, code: str, at: datetime
     if code == "BOOL":
         return rng.random() < 0.5
     if code == "NUMERIC":
-        return Decimal(rng.randint(-10**13, 10**13)).scaleb(-rng.choice((0, 2, 4, 9)))
+        return Decimal(rng.randint(-(10**13), 10**13)).scaleb(-rng.choice((0, 2, 4, 9)))
     if code == "JSON":
         return {
             "sku": f"{rng.choice(_WORDS)}-{rng.randint(1, 999)}",

@@ -44,7 +44,9 @@ class SpannerChangeStreamEmulator:
         self.host = host
         self._requested_port = port
         self._max_workers = max_workers
-        self.spanner = ChangeStreamServicer(history, None if now is None else to_micros(now), postgresql_databases)
+        self.spanner = ChangeStreamServicer(
+            history, None if now is None else to_micros(now), postgresql_databases
+        )
         self.admin = SchemaAdminServicer(history, postgresql_databases)
         self._server: grpc.Server | None = None
         self.port: int | None = None
@@ -62,7 +64,9 @@ class SpannerChangeStreamEmulator:
     def emulator_host(self) -> str:
         """``host:port``, the value for ``SPANNER_EMULATOR_HOST``."""
         if self.port is None:
-            raise EmulatorStartError("the emulator is not started: call start() or use it as a context manager")
+            raise EmulatorStartError(
+                "the emulator is not started: call start() or use it as a context manager"
+            )
         return f"{self.host}:{self.port}"
 
     def start(self) -> SpannerChangeStreamEmulator:

@@ -29,13 +29,18 @@ from .schema import GOOGLESQL, POSTGRESQL
 from .timeline import to_datetime
 
 ROWS_PER_BATCH = 200
-_DIALECT_QUERY = "select option_value from information_schema.database_options where option_name='database_dialect'"
+_DIALECT_QUERY = (
+    "select option_value from information_schema.database_options "
+    "where option_name='database_dialect'"
+)
 
 
 class ChangeStreamServicer(SpannerServicer):
     """Answers change stream queries of one history, at the emulator's notion of "now"."""
 
-    def __init__(self, history: History, now_us: int | None = None, postgresql_databases=()) -> None:
+    def __init__(
+        self, history: History, now_us: int | None = None, postgresql_databases=()
+    ) -> None:
         super().__init__()
         self.history = history
         self.now_us = history.end_us if now_us is None else now_us
@@ -62,17 +67,25 @@ class ChangeStreamServicer(SpannerServicer):
     def ExecuteStreamingSql(self, request, context):
         text = request.sql
         if " ".join(text.lower().split()) == _DIALECT_QUERY:
-            dialect = POSTGRESQL if _database_id(request.session) in self.postgresql_databases else GOOGLESQL
-            yield from _single_value("option_value", spanner_type.TypeCode.STRING, struct_pb2.Value(string_value=dialect))
+            dialect = (
+                POSTGRESQL
+                if _database_id(request.session) in self.postgresql_databases
+                else GOOGLESQL
+            )
+            yield from _single_value(
+                "option_value", spanner_type.TypeCode.STRING, struct_pb2.Value(string_value=dialect)
+            )
             return
         if " ".join(text.lower().split()) == "select 1":
-            yield from _single_value("c", spanner_type.TypeCode.INT64, struct_pb2.Value(string_value="1"))
+            yield from _single_value(
+                "c", spanner_type.TypeCode.INT64, struct_pb2.Value(string_value="1")
+            )
             return
         if not sql.mentions_change_stream(text):
             context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
-                f"The change stream emulator answers only change stream queries (SELECT ChangeRecord "
-                f"FROM READ_{self.history.stream_name}(...) or SELECT * FROM "
+                f"The change stream emulator answers only change stream queries "
+                f"(SELECT ChangeRecord FROM READ_{self.history.stream_name}(...) or SELECT * FROM "
                 f'"spanner"."read_json_{self.history.stream_name}"(...)). Received: {text}',
             )
         try:
@@ -153,7 +166,9 @@ class SchemaAdminServicer(DatabaseAdminServicer):
         )
 
     def GetDatabaseDdl(self, request, context):
-        return admin.GetDatabaseDdlResponse(statements=ddl_statements(self.history, self._dialect(request.database)))
+        return admin.GetDatabaseDdlResponse(
+            statements=ddl_statements(self.history, self._dialect(request.database))
+        )
 
 
 def ddl_statements(history: History, dialect: str) -> list[str]:

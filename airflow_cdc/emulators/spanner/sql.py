@@ -17,21 +17,31 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from .query import ChangeStreamQueryError, ReadArguments
 from .schema import GOOGLESQL, POSTGRESQL
 from .timeline import to_micros
 
-ARGUMENT_NAMES = ("start_timestamp", "end_timestamp", "partition_token", "heartbeat_milliseconds", "read_options")
+ARGUMENT_NAMES = (
+    "start_timestamp",
+    "end_timestamp",
+    "partition_token",
+    "heartbeat_milliseconds",
+    "read_options",
+)
 _GOOGLESQL = re.compile(
     r"^\s*SELECT\s+ChangeRecord\s+FROM\s+(READ_(\w+))\s*\((?P<args>.*)\)\s*;?\s*$", re.I | re.S
 )
 _POSTGRESQL = re.compile(
-    r'^\s*SELECT\s+\*\s+FROM\s+"?spanner"?\s*\.\s*"?(read_json_(\w+))"?\s*\((?P<args>.*)\)\s*;?\s*$', re.I | re.S
+    r'^\s*SELECT\s+\*\s+FROM\s+"?spanner"?\s*\.\s*"?(read_json_(\w+))"?\s*\((?P<args>.*)\)\s*;?\s*$',
+    re.I | re.S,
 )
 _MENTIONS_STREAM = re.compile(r"\bREAD_\w+\s*\(|\bread_json_\w+", re.I)
 _NAMED = re.compile(r"^(\w+)\s*=>\s*(.*)$", re.S)
-_STRING = re.compile(r"""^(?:TIMESTAMP\s+)?('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")(?:\s*::\s*[\w ]+)?$""", re.I | re.S)
+_STRING = re.compile(
+    r"""^(?:TIMESTAMP\s+)?('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")(?:\s*::\s*[\w ]+)?$""", re.I | re.S
+)
 _FRACTION = re.compile(r"(\.\d{6})\d+")
 
 
@@ -61,23 +71,30 @@ def parse(sql: str, params: dict, known_streams: tuple[str, ...]) -> ChangeStrea
             "UNIMPLEMENTED",
             "Change stream TVF must not be combined with any other SQL statements. Change "
             "stream records should be read using `SELECT ChangeRecord FROM READ_<stream>(<args>)` "
-            'or `SELECT * FROM "spanner"."read_json_<stream>"(<args>)`. Received: ' + " ".join(sql.split()),
+            'or `SELECT * FROM "spanner"."read_json_<stream>"(<args>)`. Received: '
+            + " ".join(sql.split()),
         )
     function_name, stream = match.group(1), match.group(2)
     canonical = next((s for s in known_streams if s.lower() == stream.lower()), None)
     if canonical is None:
         known = ", ".join(known_streams)
         if dialect == GOOGLESQL:
-            message = f"Table-valued function not found: {function_name} (change streams here: {known})"
+            message = (
+                f"Table-valued function not found: {function_name} (change streams here: {known})"
+            )
         else:
-            message = f"function spanner.{function_name} does not exist (change streams here: {known})"
+            message = (
+                f"function spanner.{function_name} does not exist (change streams here: {known})"
+            )
         raise ChangeStreamQueryError("INVALID_ARGUMENT", message)
     values = _bind(function_name, dialect, _split_arguments(match.group("args")), params)
     arguments = ReadArguments(
         start_us=_timestamp(function_name, "start_timestamp", values.get("start_timestamp")),
         end_us=_timestamp(function_name, "end_timestamp", values.get("end_timestamp")),
         partition_token=_text(function_name, "partition_token", values.get("partition_token")),
-        heartbeat_milliseconds=_integer(function_name, "heartbeat_milliseconds", values.get("heartbeat_milliseconds")),
+        heartbeat_milliseconds=_integer(
+            function_name, "heartbeat_milliseconds", values.get("heartbeat_milliseconds")
+        ),
         read_options=values.get("read_options"),
     )
     return ChangeStreamSql(dialect, function_name, canonical, arguments)
@@ -138,7 +155,9 @@ def _bind(function_name: str, dialect: str, arguments: list[str], params: dict) 
         else:
             name, expression = ARGUMENT_NAMES[index], argument
         if name in values:
-            raise ChangeStreamQueryError("INVALID_ARGUMENT", f"{function_name} argument {name} is given twice")
+            raise ChangeStreamQueryError(
+                "INVALID_ARGUMENT", f"{function_name} argument {name} is given twice"
+            )
         values[name] = _evaluate(function_name, index, expression, params)
     return values
 
@@ -147,7 +166,9 @@ def _evaluate(function_name: str, index: int, expression: str, params: dict) -> 
     if expression.startswith("@") or expression.startswith("$"):
         name = expression[1:] if expression.startswith("@") else f"p{expression[1:]}"
         if name not in params:
-            raise ChangeStreamQueryError("INVALID_ARGUMENT", f"No parameter found for binding: {name}")
+            raise ChangeStreamQueryError(
+                "INVALID_ARGUMENT", f"No parameter found for binding: {name}"
+            )
         return _from_value(params[name])
     if expression.upper() == "NULL":
         return None
@@ -159,7 +180,8 @@ def _evaluate(function_name: str, index: int, expression: str, params: dict) -> 
     raise ChangeStreamQueryError(
         "INVALID_ARGUMENT",
         f"Invalid argument of change stream TVF {function_name}. Argument {index} is not a "
-        f"literal or parameter. Implicit type conversions are not supported. Received: {expression}",
+        f"literal or parameter. Implicit type conversions are not supported. "
+        f"Received: {expression}",
     )
 
 
@@ -176,7 +198,11 @@ def _timestamp(function_name: str, name: str, value: object) -> int | None:
     if value is None:
         return None
     try:
-        text = _FRACTION.sub(r"\1", str(value).strip().replace(" ", "T", 1)).replace("Z", "+00:00").replace("z", "+00:00")
+        text = (
+            _FRACTION.sub(r"\1", str(value).strip().replace(" ", "T", 1))
+            .replace("Z", "+00:00")
+            .replace("z", "+00:00")
+        )
         parsed = datetime.fromisoformat(text)
     except ValueError:
         parsed = None
@@ -189,13 +215,13 @@ def _timestamp(function_name: str, name: str, value: object) -> int | None:
     return to_micros(parsed)
 
 
-def _integer(function_name: str, name: str, value: object) -> int | None:
+def _integer(function_name: str, name: str, value: Any) -> int | None:
     if value is None:
         return None
     try:
         if isinstance(value, float) and not value.is_integer():
             raise ValueError
-        return int(value)  # type: ignore[call-overload]
+        return int(value)
     except (TypeError, ValueError):
         raise ChangeStreamQueryError(
             "INVALID_ARGUMENT", f"{name} of {function_name} must be an INT64; received {value!r}"
@@ -205,4 +231,6 @@ def _integer(function_name: str, name: str, value: object) -> int | None:
 def _text(function_name: str, name: str, value: object) -> str | None:
     if value is None or isinstance(value, str):
         return value
-    raise ChangeStreamQueryError("INVALID_ARGUMENT", f"{name} of {function_name} must be a STRING; received {value!r}")
+    raise ChangeStreamQueryError(
+        "INVALID_ARGUMENT", f"{name} of {function_name} must be a STRING; received {value!r}"
+    )

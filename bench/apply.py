@@ -1,0 +1,201 @@
+"""Benchmark of the apply job against its floor, a plain Iceberg append of the same rows.
+
+    .venv/bin/python bench/apply.py [--changes 1000000] [--keys 200000]
+
+Builds a changelog of ``--changes`` changes over ``--keys`` keys of one Spanner-like table,
+generated in Spark: every key starts with an INSERT, then follows one of three histories
+(I U U D I, I U D I U, or I U U U U, so 60% of all changes are updates, 10% deletes, 30%
+inserts); half of the updates are partial images (NEW_VALUES), half full ones (NEW_ROW).
+Changes fall into two windows by commit time, and 5% of all changes arrive in the other
+window (late older changes, and early newer ones). Applying window 1 then window 2 is timed;
+so, separately and in the same run, is the floor: appending the same rows, read from the
+changelog, to an empty Iceberg table. Both are warmed up on a small run first.
+
+Prints exactly one line:
+``bench apply: changes=<n> seconds=<s> floor_seconds=<f> ratio=<s/f> changes_per_s=<n/s>``.
+The target is ratio <= 2.0. Not a test: nothing here asserts on time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from airflow_cdc.model import (  # noqa: E402
+    CHANGELOG_COLUMNS,
+    CHANGELOG_PARTITIONING,
+    Window,
+    encode_ordering_key,
+)
+
+T0 = datetime(2024, 5, 1, 10, 0, tzinfo=timezone.utc)
+STREAM = "bench"
+COLUMN_TYPES = (
+    '{"active":"BOOL","amount":"NUMERIC","id":"INT64","name":"STRING",'
+    '"score":"FLOAT64","tags":"ARRAY<STRING>","updated":"TIMESTAMP"}'
+)
+# Op of the change at position 0..4 of a key, per history (key % 4).
+HISTORIES = {0: "IUUDI", 1: "IUDIU", 2: "IUUUU", 3: "IUUUU"}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--changes", type=int, default=1_000_000)
+    parser.add_argument("--keys", type=int, default=200_000)
+    parser.add_argument("--warehouse", help="Iceberg warehouse folder (default: a temporary one)")
+    args = parser.parse_args(argv)
+    if args.keys <= 0 or args.changes < args.keys or args.changes % args.keys:
+        parser.error("--changes must be a positive multiple of --keys (changes per key = changes / keys)")
+    return args
+
+
+def windows() -> tuple[Window, Window]:
+    return Window(STREAM, T0, T0 + timedelta(hours=1)), Window(STREAM, T0 + timedelta(hours=1), T0 + timedelta(hours=2))
+
+
+def build_changelog(spark, table: str, changes: int, keys: int) -> None:
+    """Write the generated changelog (``changes`` rows) to ``table`` (not timed)."""
+    from pyspark.sql import functions as F
+
+    per_key = changes // keys
+    w1, w2 = windows()
+    window_seconds = 3600
+    step = 2 * window_seconds // (per_key + 1)  # a key's positions spread over windows 1 and 2
+    frame = spark.range(changes).select(
+        (F.col("id") % keys).alias("key"), (F.col("id") / keys).cast("int").alias("pos"), F.col("id").alias("n")
+    )
+    history = F.col("key") % 4
+    op_letter = (
+        F.when(history == 0, F.lit(HISTORIES[0]))
+        .when(history == 1, F.lit(HISTORIES[1]))
+        .otherwise(F.lit(HISTORIES[2]))
+        .substr((F.col("pos") % 5) + 1, F.lit(1))
+    )
+    op = F.when(F.col("pos") == 0, "INSERT").when(op_letter == "I", "INSERT").when(op_letter == "D", "DELETE").otherwise("UPDATE")
+    partial = (op == "UPDATE") & (F.xxhash64("n", F.lit(1)) % 2 == 0)
+    t0_micros = int(T0.timestamp()) * 1_000_000
+    micros = F.lit(t0_micros) + F.col("pos") * F.lit(step * 1_000_000) + (F.col("key") % 1000) * 1000
+    natural_second = F.col("pos") * step >= window_seconds
+    moved = F.col("pos").between(1, 3) & (F.abs(F.xxhash64("n", F.lit(2))) % 12 == 0)
+    in_second = natural_second != moved
+    amount = F.format_number((F.col("n") % 100000) / 100, 2)
+    full = F.to_json(
+        F.struct(
+            (F.col("n") % 2 == 0).alias("active"),
+            F.regexp_replace(amount, ",", "").alias("amount"),
+            F.concat(F.lit("name-"), F.col("n").cast("string")).alias("name"),
+            ((F.col("n") % 1000) / 8).alias("score"),
+            F.array(F.lit("a"), F.concat(F.lit("t"), (F.col("n") % 7).cast("string"))).alias("tags"),
+            F.date_format(F.timestamp_micros(micros), "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'").alias("updated"),
+        )
+    )
+    some = F.to_json(
+        F.struct(
+            F.regexp_replace(amount, ",", "").alias("amount"),
+            ((F.col("n") % 1000) / 8).alias("score"),
+        )
+    )
+    rows = frame.select(
+        F.lit(STREAM).alias("stream"),
+        F.when(in_second, F.lit(w2.window_id)).otherwise(F.lit(w1.window_id)).alias("window_id"),
+        F.lit("Accounts").alias("source_table"),
+        op.alias("op"),
+        F.when(partial, "PARTIAL").otherwise("FULL").alias("image"),
+        F.concat(F.lit('{"id":"'), F.col("key").cast("string"), F.lit('"}')).alias("keys_json"),
+        F.when(op == "DELETE", F.lit(None)).when(partial, some).otherwise(full).alias("new_values_json"),
+        F.lit(None).cast("string").alias("old_values_json"),
+        F.lit(COLUMN_TYPES).alias("column_types_json"),
+        F.timestamp_micros(micros).alias("commit_ts"),
+        # encode_ordering_key(commit_ts): tag 0x02, then micros + 2^63 as 8 big-endian bytes.
+        F.unhex(F.concat(F.lit("028"), F.substring(F.lpad(F.hex(micros), 16, "0"), 2, 15))).alias("ordering_key"),
+        F.concat(F.lit("tx-"), F.col("n").cast("string")).alias("transaction_id"),
+        F.concat(F.lit("ev-"), F.col("n").cast("string")).alias("event_id"),
+        F.lit("p0").alias("partition_id"),
+        F.lit("{}").alias("source_metadata_json"),
+    )
+    columns = ", ".join(f"{name} {kind}" for name, kind in CHANGELOG_COLUMNS)
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {table.rsplit('.', 1)[0]}")
+    spark.sql(f"CREATE TABLE {table} ({columns}) USING iceberg PARTITIONED BY ({CHANGELOG_PARTITIONING})")
+    rows.select(*[name for name, _ in CHANGELOG_COLUMNS]).writeTo(table).append()
+    sample = spark.table(table).select("commit_ts", "ordering_key").first()
+    # Spark hands timestamps over as naive local time: astimezone reads them as such.
+    if bytes(sample.ordering_key) != encode_ordering_key(sample.commit_ts.astimezone(timezone.utc)):
+        raise RuntimeError("generated ordering keys do not sort like airflow_cdc.model.encode_ordering_key")
+
+
+def run_apply(spark, namespace: str) -> float:
+    from spark_jobs.apply import apply_window
+
+    started = time.perf_counter()
+    for win in windows():
+        apply_window(
+            spark,
+            {
+                "catalog": "lake",
+                "stream": STREAM,
+                "window_id": win.window_id,
+                "changelog_table": f"{namespace}.changelog",
+                "targets": {"namespace": namespace},
+                "policies": {"on_dead_letter": "fail"},
+            },
+        )
+    return time.perf_counter() - started
+
+
+def run_floor(spark, namespace: str) -> float:
+    columns = ", ".join(f"{name} {kind}" for name, kind in CHANGELOG_COLUMNS)
+    spark.sql(f"CREATE TABLE lake.{namespace}.floor ({columns}) USING iceberg")
+    started = time.perf_counter()
+    spark.table(f"lake.{namespace}.changelog").writeTo(f"lake.{namespace}.floor").append()
+    return time.perf_counter() - started
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from airflow_cdc.spark.iceberg import IcebergCatalog, local_session
+
+    own_warehouse = args.warehouse is None
+    warehouse = Path(args.warehouse or tempfile.mkdtemp(prefix="cdc-bench-apply-"))
+    spark = local_session(
+        IcebergCatalog(name="lake", warehouse=str(warehouse)),
+        app_name="bench-apply",
+        master="local[2]",
+        extra_conf={
+            "spark.driver.memory": "6g",
+            "spark.sql.shuffle.partitions": "4",
+            "spark.ui.showConsoleProgress": "false",
+        },
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        warm_keys = max(1, min(args.keys, 2_000))
+        build_changelog(spark, "lake.warm.changelog", warm_keys * (args.changes // args.keys), warm_keys)
+        run_apply(spark, "warm")
+        run_floor(spark, "warm")
+        build_changelog(spark, "lake.bench.changelog", args.changes, args.keys)
+        seconds = run_apply(spark, "bench")
+        floor = run_floor(spark, "bench")
+    finally:
+        spark.stop()
+        if own_warehouse:
+            shutil.rmtree(warehouse, ignore_errors=True)
+    print(
+        f"bench apply: changes={args.changes} seconds={seconds:.2f} floor_seconds={floor:.2f} "
+        f"ratio={seconds / floor:.2f} changes_per_s={args.changes / seconds:.0f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""spark_jobs.changelog used in-process by other jobs (extract): extra snapshot properties."""
+
+from __future__ import annotations
+
+from spark_jobs.changelog import (
+    append_window,
+    change_row_tuple,
+    changelog_schema,
+    create_changelog_table,
+    snapshot_summary,
+)
+
+from .support import change_rows, open_warehouse, window
+
+WINDOW = window(3)
+
+
+def test_extra_snapshot_properties_are_committed_in_the_window_snapshot(tmp_path, spark):
+    from airflow_cdc.model import change_row_to_json_line
+
+    tables = open_warehouse(spark, tmp_path / "warehouse")
+    table = f"{tables.catalog}.cdc.orders_changelog"
+    create_changelog_table(spark, table)
+    rows = [change_row_tuple(change_row_to_json_line(row)) for row in change_rows(WINDOW, 2)]
+    frame = spark.createDataFrame(rows, changelog_schema())
+
+    snapshot_id = append_window(
+        spark, table, WINDOW.window_id, frame,
+        extra_properties={"airflow-cdc.outcome-file": "/plans/w3.outcome.json"},
+    )
+
+    summary = snapshot_summary(spark, table, snapshot_id)
+    assert summary["airflow-cdc.window-id"] == WINDOW.window_id
+    assert summary["airflow-cdc.outcome-file"] == "/plans/w3.outcome.json"
+    assert summary["added-records"] == "2"
