@@ -8,9 +8,15 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
+import pytest
 from spanner_reading import ChangeStreamReader, spanner_database
 
-from airflow_cdc.emulators.spanner import DEFAULT_START, generate_history
+from airflow_cdc.emulators.spanner import (
+    DEFAULT_START,
+    SpannerChangeStreamEmulator,
+    generate_history,
+)
+from airflow_cdc.emulators.spanner.server import EmulatorStartError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,3 +72,10 @@ def test_the_command_line_serves_a_history_until_killed():
     assert [c["token"] for r in records for c in r["child_partitions"]] == [
         p.token for p in expected.lineage.roots
     ]
+
+
+def test_starting_on_a_busy_port_fails_with_a_clear_message(emulator, history):
+    second = SpannerChangeStreamEmulator(history, port=emulator.port)
+
+    with pytest.raises(EmulatorStartError, match=f"cannot listen on 127.0.0.1:{emulator.port}"):
+        second.start()

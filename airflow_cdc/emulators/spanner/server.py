@@ -72,7 +72,11 @@ class SpannerChangeStreamEmulator:
     def start(self) -> SpannerChangeStreamEmulator:
         if self._server is not None:
             return self
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=self._max_workers))
+        # No SO_REUSEPORT: a second server on a busy port must fail, not share the port.
+        server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=self._max_workers),
+            options=[("grpc.so_reuseport", 0)],
+        )
         spanner_pb2_grpc.add_SpannerServicer_to_server(self.spanner, server)
         spanner_database_admin_pb2_grpc.add_DatabaseAdminServicer_to_server(self.admin, server)
         try:
