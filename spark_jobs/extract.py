@@ -3,13 +3,13 @@
 Usage (spark-submit): ``extract.py --plan <plan.json> --outcome <outcome.json> --result <result.json>``
 
 Procedure (ARCHITECTURE.md, window protocol step 2):
-1. If the changelog already has the commit tagged with this window, write nothing: copy the
-   outcome that commit references and stop (a re-run after a crash at any later point).
+1. If the changelog already has the commit tagged with this window, write nothing: restore
+   the outcome file from that commit and stop (a re-run after a crash at any later point).
 2. Read the planned partitions, one Spark task per partition; children whose parents all
    reported are read in further rounds, still inside this window (lineage rules).
 3. Check that every source transaction is complete across partitions, or fail naming it.
-4. Write the outcome file, then append all rows in ONE changelog commit tagged with the
-   window and referencing the outcome file.
+4. Append all rows in ONE changelog commit tagged with the window and carrying the outcome
+   in its snapshot summary, then write the outcome file for the commit task.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ from airflow_cdc.pipeline.files import WindowOutcomeFile, WindowPlanFile
 from airflow_cdc.pipeline.lineage import WindowLineage, check_transactions, run_rounds
 from airflow_cdc.sources.registry import build_source
 
-OUTCOME_FILE_PROPERTY = "airflow-cdc.outcome-file"
+# The window's outcome travels inside its changelog commit, so a re-run on any machine
+# restores it even when the first run's files are gone.
+OUTCOME_PROPERTY = "airflow-cdc.outcome"
 
 _SOURCES: dict[str, object] = {}
 
@@ -55,7 +57,6 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
         changelog_schema,
         create_changelog_table,
         find_window_commit,
-        read_text,
         snapshot_summary,
         write_text,
     )
@@ -65,10 +66,14 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
     earlier = find_window_commit(spark, table, window_id)
     if earlier is not None and earlier.snapshot_id is not None:
         summary = snapshot_summary(spark, table, earlier.snapshot_id)
-        recorded = summary.get(OUTCOME_FILE_PROPERTY)
-        if recorded and recorded != outcome_path:
-            write_text(spark, outcome_path, read_text(spark, recorded))
-        outcome = WindowOutcomeFile.from_json(read_text(spark, outcome_path))
+        recorded = summary.get(OUTCOME_PROPERTY)
+        if recorded is None:
+            raise RuntimeError(
+                f"changelog commit {earlier.snapshot_id} of window {window_id} in {table} "
+                f"carries no {OUTCOME_PROPERTY!r}: it was not written by the extract job"
+            )
+        outcome = WindowOutcomeFile.from_json(recorded)
+        write_text(spark, outcome_path, outcome.to_json())
         return {
             "skipped": True,
             "snapshot_id": earlier.snapshot_id,
@@ -112,11 +117,11 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
         pending_children=tuple(lineage.still_pending),
         counts=counts,
     )
-    write_text(spark, outcome_path, outcome.to_json())
     create_changelog_table(spark, table)
     snapshot_id = append_window(
-        spark, table, window_id, frame, extra_properties={OUTCOME_FILE_PROPERTY: outcome_path}
+        spark, table, window_id, frame, extra_properties={OUTCOME_PROPERTY: outcome.to_json()}
     )
+    write_text(spark, outcome_path, outcome.to_json())
     frame.unpersist()
     return {"skipped": False, "snapshot_id": snapshot_id, "counts": counts}
 

@@ -199,9 +199,16 @@ def gate_status(store, window: Window) -> GateStatus:
     for partition_id, wp in sorted(read.items()):
         if wp.finished:
             continue
-        watermark = wp.watermark
+        # A later window may have carried a partition past this window's end since.
+        partition = current.get(partition_id)
+        watermark = max(
+            (w for w in (wp.watermark, partition.watermark if partition else None) if w),
+            default=None,
+        )
+        if partition is not None and partition.state is PartitionState.FINISHED:
+            continue
         if watermark is None or watermark < window.end:
-            since = current[partition_id].watermark_since if partition_id in current else None
+            since = partition.watermark_since if partition else None
             lagging.append(LaggingPartition(partition_id, watermark or wp.start, since or wp.start))
     if lagging:
         worst = min(lagging, key=lambda p: p.watermark)

@@ -47,17 +47,35 @@ _RAW_COLUMNS = [name for name, _ in CHANGELOG_COLUMNS]
 _REASON_TEXT_LIMIT = 200
 
 
+def key_text(parts: list[tuple[Column, str]]) -> Column:
+    """The canonical text of a key (its typed values), used to shuffle, sort, join and group.
+
+    A string sorts and hashes much faster than a struct, and typed values give one text per
+    key whatever their JSON spelling (``1`` and ``"1"``). NULL parts stay distinct.
+    """
+    return F.to_json(F.array(*[F.base64(c) if t == "binary" else c.cast("string") for c, t in parts]))
+
+
+def key_columns(plan: TablePlan) -> list[Column]:
+    """The typed key columns, named as in the target, recovered from ``__key``."""
+    texts = F.from_json(F.col("__key"), "array<string>")
+    columns = []
+    for i, name in enumerate(plan.key_names):
+        text = texts.getItem(i)
+        kind = plan.key_types[name]
+        columns.append((F.unbase64(text) if kind == "binary" else text.cast(kind)).alias(name))
+    return columns
+
+
 @dataclass(frozen=True)
 class FoldColumns:
     """Internal names of the folded frame's value columns: business column -> (value, set flag)."""
 
-    keys: dict[str, str]
     values: dict[str, tuple[str, str]]
 
 
 def fold_columns(plan: TablePlan) -> FoldColumns:
     return FoldColumns(
-        keys={name: f"k{i}" for i, name in enumerate(plan.key_names)},
         values={name: (f"__v{i}", f"__s{i}") for i, name in enumerate(plan.columns)},
     )
 
@@ -74,16 +92,20 @@ def _names(values: Column) -> Column:
 def parse_changes(rows: DataFrame, plan: TablePlan) -> DataFrame:
     """Step 1: the raw changelog columns plus typed keys, typed values and a row reason."""
     names = fold_columns(plan)
-    keys_map = F.from_json("keys_json", "map<string,string>")
+    key_schema = ", ".join(f"`{k}`: string" for k in plan.key_names)
+    keys_struct = F.from_json("keys_json", f"struct<{key_schema}>")
     values_map = F.from_json("new_values_json", "map<string,string>")
-    parsed = rows.select(*_RAW_COLUMNS).withColumn("__km", keys_map).withColumn("__vm", values_map)
+    parsed = rows.select(*_RAW_COLUMNS).withColumn("__km", keys_struct).withColumn("__vm", values_map)
     km, vm = F.col("__km"), F.col("__vm")
     op, image = F.col("op"), F.col("image")
     is_delete = op == "DELETE"
     is_reset = op.isin("INSERT", "READ", "DELETE") | (image == "FULL")
     expected_keys = sorted(plan.key_names)
-    key_names = F.array_sort(F.map_keys(km))
-    key_fits = F.coalesce(key_names == F.array(*[F.lit(k) for k in expected_keys]), F.lit(False))
+    key_names = F.array_sort(F.expr("json_object_keys(keys_json)"))
+    if plan.orphan_rows:
+        key_fits = F.coalesce(key_names == F.array(*[F.lit(k) for k in expected_keys]), F.lit(False))
+    else:  # every row of the window has the target's key columns (schema.plan_tables counted)
+        key_fits = F.lit(True)
 
     reasons: list[Column] = [
         F.when(~op.isin(*OPS) | op.isNull(), F.concat(F.lit("op "), _text(op), F.lit(" is not one of " + ", ".join(OPS)))),
@@ -117,7 +139,7 @@ def parse_changes(rows: DataFrame, plan: TablePlan) -> DataFrame:
         )
     )
     for name in plan.key_names:
-        raw = km.getItem(name)
+        raw = km.getField(name)
         reasons.append(
             F.when(
                 bad_value(raw, plan.key_types[name]),
@@ -132,10 +154,8 @@ def parse_changes(rows: DataFrame, plan: TablePlan) -> DataFrame:
                 F.concat(F.lit(f"column {name!r} value "), _text(raw), F.lit(f" is not a {spark_type}")),
             )
         )
-    key = F.struct(
-        *[typed_value(km.getItem(k), plan.key_types[k]).alias(names.keys[k]) for k in plan.key_names]
-    )
-    orphan_reason = F.when(km.isNull(), F.lit("keys_json is not a JSON object of key columns")).otherwise(
+    key = key_text([(typed_value(km.getField(k), plan.key_types[k]), plan.key_types[k]) for k in plan.key_names])
+    orphan_reason = F.when(key_names.isNull(), F.lit("keys_json is not a JSON object of key columns")).otherwise(
         F.concat(
             F.lit("key columns "),
             _names(key_names),
@@ -176,13 +196,15 @@ def _group_by_reason(bad: dict[str | None, str]) -> dict[str, list[str | None]]:
 def ordered_changes(parsed: DataFrame, guard: DataFrame | None) -> DataFrame:
     """Steps 2-3: redelivery and clash flags, and liveness against the guard."""
     by_key = Window.partitionBy("__key").orderBy("ordering_key", "__h")
-    same_seq = F.coalesce(F.lag("ordering_key").over(by_key) == F.col("ordering_key"), F.lit(False))
-    same_content = F.coalesce(F.lag("__h").over(by_key) == F.col("__h"), F.lit(False))
-    changes = (
-        parsed.where("__key_fits")
-        .withColumn("__redelivered", same_seq & same_content)
-        .withColumn("__clash", same_seq & ~same_content)
+    changes = parsed.where("__key_fits") if "__key_fits" in parsed.columns else parsed
+    changes = changes.select(
+        "*", F.lag("ordering_key").over(by_key).alias("__prev_seq"), F.lag("__h").over(by_key).alias("__prev_h")
     )
+    same_seq = F.coalesce(F.col("__prev_seq") == F.col("ordering_key"), F.lit(False))
+    same_content = F.coalesce(F.col("__prev_h") == F.col("__h"), F.lit(False))
+    changes = changes.select(
+        "*", (same_seq & same_content).alias("__redelivered"), (same_seq & ~same_content).alias("__clash")
+    ).drop("__prev_seq", "__prev_h")
     if guard is None:
         changes = changes.select(
             "*",
@@ -198,10 +220,9 @@ def ordered_changes(parsed: DataFrame, guard: DataFrame | None) -> DataFrame:
 
 def guard_frame(plan: TablePlan, target_before: DataFrame | None, tombstones_before: DataFrame | None) -> DataFrame | None:
     """Per key: the ordering key the target or its tombstone holds (before this window)."""
-    names = fold_columns(plan)
 
     def keyed(frame: DataFrame, seq_name: str) -> DataFrame:
-        key = F.struct(*[F.col(f"`{k}`").cast(plan.key_types[k]).alias(names.keys[k]) for k in plan.key_names])
+        key = key_text([(F.col(f"`{k}`").cast(plan.key_types[k]), plan.key_types[k]) for k in plan.key_names])
         return frame.select(key.alias("__key"), F.col("_cdc_seq").alias(seq_name))
 
     sides = []
@@ -212,9 +233,8 @@ def guard_frame(plan: TablePlan, target_before: DataFrame | None, tombstones_bef
     if not sides:
         return None
     if len(sides) == 1:
-        frame = sides[0]
         present = "__tseq" if target_before is not None else "__dseq"
-        return frame.select(
+        return sides[0].select(
             "__key",
             F.col(present).alias("__guard_seq"),
             F.lit(present == "__tseq").alias("__in_target"),
@@ -230,12 +250,14 @@ def guard_frame(plan: TablePlan, target_before: DataFrame | None, tombstones_bef
 
 
 def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
-    """Steps 4-5: one row per key with its action, reason, folded values and _cdc_* values."""
+    """Steps 4-5: one row per key with its action, reason, folded values and _cdc_* values.
+
+    The latest change (overall, among resets, and per column among the changes touching it)
+    is found with ``max(struct(ordering_key, ...))``: structs compare field by field, so the
+    ordering key decides (equal ordering keys are clashes, reported above).
+    """
     names = fold_columns(plan)
-    live = F.col("__live")
-    seq = F.col("ordering_key")
-    live_seq = F.when(live, seq)
-    reset_seq = F.when(live & F.col("__is_reset"), seq)
+    live, seq = F.col("__live"), F.col("ordering_key")
     aggregates = [
         F.count(F.lit(1)).alias("__changes"),
         F.count_if(~live).alias("__not_live"),
@@ -243,17 +265,23 @@ def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
         F.min("__row_reason").alias("__row_reason"),
         F.max("__in_target").alias("__in_target"),
         F.max("__tombstoned").alias("__tombstoned"),
-        F.max(live_seq).alias("__seq"),
-        F.max_by("op", live_seq).alias("__last_op"),
-        F.max_by("commit_ts", live_seq).alias("__commit_ts"),
-        F.max(reset_seq).alias("__reset_seq"),
-        F.max_by("__is_delete", reset_seq).alias("__reset_is_delete"),
+        F.max(F.when(live, F.struct(seq.alias("s"), F.col("op").alias("op"), F.col("commit_ts").alias("ts")))).alias("__last"),
+        F.max(F.when(live & F.col("__is_reset"), F.struct(seq.alias("s"), F.col("__is_delete").alias("d")))).alias("__reset"),
     ]
     for name in plan.columns:
         value, touched = names.values[name]
-        aggregates.append(F.max(live & F.col(touched)).alias(touched))
-        aggregates.append(F.max_by(value, F.when(live & F.col(touched), seq)).alias(value))
+        aggregates.append(F.max(F.when(live & F.col(touched), F.struct(seq.alias("s"), F.col(value).alias("v")))).alias(value))
     folded = changes.groupBy("__key").agg(*aggregates)
+    folded = folded.select(
+        "__key", "__changes", "__not_live", "__clash", "__row_reason", "__in_target", "__tombstoned",
+        F.col("__last.s").alias("__seq"),
+        F.col("__last.op").alias("__last_op"),
+        F.col("__last.ts").alias("__commit_ts"),
+        F.col("__reset.s").alias("__reset_seq"),
+        F.col("__reset.d").alias("__reset_is_delete"),
+        *[F.col(value).isNotNull().alias(touched) for value, touched in names.values.values()],
+        *[F.col(value).getField("v").alias(value) for value, _ in names.values.values()],
+    )
 
     clash, reason = F.col("__clash"), F.col("__row_reason")
     in_target = F.col("__in_target")

@@ -47,7 +47,7 @@ from spark_jobs.apply.config import ApplyConfig
 from spark_jobs.apply.dead_letters import create_dead_letter_table, in_table_order
 from spark_jobs.apply.fold import dead_letter_rows, fold_table, guard_frame, ordered_changes, parse_changes
 from spark_jobs.apply.schema import Declaration, TablePlan, plan_tables, prepare_target
-from spark_jobs.apply.targets import merge_history, merge_target, merge_tombstones
+from spark_jobs.apply.targets import append_target, merge_history, merge_target, merge_tombstones
 
 
 class ApplyError(CdcError):
@@ -179,7 +179,7 @@ def _require_catalog(spark: SparkSession, catalog: str) -> None:
 
 
 def _declarations(rows: DataFrame) -> list[Declaration]:
-    key_names = F.array_sort(F.map_keys(F.from_json("keys_json", "map<string,string>")))
+    key_names = F.array_sort(F.expr("json_object_keys(keys_json)"))
     found = (
         rows.groupBy("source_table", "column_types_json", key_names.alias("key_names"))
         .agg(F.count(F.lit(1)).alias("rows"), F.min("commit_ts").alias("first_commit_ts"))
@@ -345,7 +345,10 @@ def _commit_table(spark: SparkSession, config: ApplyConfig, work: _TableWork) ->
             )
         }
         announced = {"tombstones": tombstones_due, "history": history_due, "counts": counts}
-        merge_target(plan, work.folded, window_id, window_properties(window_id, announced))
+        if work.target_before is None:  # no rows yet: nothing to match
+            append_target(plan, work.folded, window_id, window_properties(window_id, announced))
+        else:
+            merge_target(plan, work.folded, window_id, window_properties(window_id, announced))
         work.commits["target"] = window_commit(spark, plan.target.qualified, window_id)
         _fault(config, "after_target_commit")
     if work.commits["tombstones"] is None and tombstones_due:

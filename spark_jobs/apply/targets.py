@@ -24,8 +24,8 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from airflow_cdc.model import format_ts
-from spark_jobs.apply.commits import sql_tagged
-from spark_jobs.apply.fold import fold_columns
+from spark_jobs.apply.commits import append_tagged, sql_tagged
+from spark_jobs.apply.fold import fold_columns, key_columns, key_text
 from spark_jobs.apply.schema import TablePlan
 
 
@@ -47,8 +47,7 @@ def _with_view(frame: DataFrame, run) -> None:
 
 
 def _key_columns(plan: TablePlan) -> list:
-    names = fold_columns(plan)
-    return [F.col("__key").getField(names.keys[k]).alias(k) for k in plan.key_names]
+    return key_columns(plan)
 
 
 def target_source(plan: TablePlan, folded: DataFrame, window_id: str) -> DataFrame:
@@ -66,6 +65,17 @@ def target_source(plan: TablePlan, folded: DataFrame, window_id: str) -> DataFra
         F.lit(window_id).alias("_cdc_window"),
         F.col("__action"),
     )
+
+
+def append_target(plan: TablePlan, folded: DataFrame, window_id: str, properties: dict[str, str]) -> None:
+    """The first commit of a target with no rows yet: every outcome is an insert, so append.
+
+    Cheaper than a MERGE (no join with the target); a table's first window is often its
+    largest (an initial snapshot).
+    """
+    source = target_source(plan, folded, window_id).where(F.col("__action") == "UPSERT")
+    columns = [*plan.key_names, *plan.columns, "_cdc_seq", "_cdc_commit_ts", "_cdc_window"]
+    append_tagged(source.select(*[F.col(_q(c)) for c in columns]), plan.target.qualified, properties)
 
 
 def merge_target(plan: TablePlan, folded: DataFrame, window_id: str, properties: dict[str, str]) -> None:
@@ -138,7 +148,7 @@ def history_source(
     live = changes.where("__live").join(applied, "__key", "left_semi")
     if target_before is not None:
         present = set(target_before.columns)
-        key = F.struct(*[F.col(_q(k)).cast(plan.key_types[k]).alias(names.keys[k]) for k in plan.key_names])
+        key = key_text([(F.col(_q(k)).cast(plan.key_types[k]), plan.key_types[k]) for k in plan.key_names])
         base = target_before.select(
             key.alias("__key"),
             *[

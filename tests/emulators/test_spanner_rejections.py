@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 from google.api_core.exceptions import InvalidArgument, OutOfRange
+from google.cloud.spanner_v1.param_types import TIMESTAMP
 from spanner_reading import ChangeStreamReader, spanner_database
 
 from airflow_cdc.emulators.spanner import History, HistoryConfig, SpannerChangeStreamEmulator
@@ -130,3 +131,17 @@ def test_unknown_stream_name_is_rejected_in_postgresql(reader, history):
         )
 
     assert "function spanner.read_json_NoSuchStream does not exist" in refused.value.message
+
+
+def test_a_query_in_a_multi_use_transaction_is_rejected(reader, history):
+    sql = f"SELECT ChangeRecord FROM READ_{history.stream_name}(@start, NULL, NULL, 10000)"
+
+    with pytest.raises(InvalidArgument) as refused:
+        with reader.database.snapshot(multi_use=True) as snapshot:
+            list(
+                snapshot.execute_sql(
+                    sql, params={"start": history.created_at}, param_types={"start": TIMESTAMP}
+                )
+            )
+
+    assert "must be strong reads executed via single use transactions" in refused.value.message

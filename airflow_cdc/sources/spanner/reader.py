@@ -7,8 +7,9 @@ Procedure for one partition (see the seed's "query workflow"):
 3. Heartbeat records advance the watermark: everything up to their timestamp was returned.
 4. Child partitions records end the partition (I5): it is FINISHED and its children are
    reported to the lineage; the watermark is the children's start.
-5. A query that returns normally without child records read everything up to its end: the
-   partition continues in the next window from the window end.
+5. A query that returns normally without child records, with progress evidence within one
+   heartbeat interval of its end, read everything up to its end: the partition continues in
+   the next window from the window end. With older evidence, it continues from the evidence.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from airflow_cdc.model import (
     ChildPartition,
@@ -165,12 +166,24 @@ class SpannerChangeStreamSource:
                         window.end - watermark,
                     )
         finished = bool(children)
+        if finished:
+            # Everything before the children's start was returned (I5: the source said so).
+            progress = watermark
+        elif watermark >= window.inclusive_end - timedelta(
+            milliseconds=self.heartbeat_milliseconds
+        ):
+            # The bounded query returned normally and the server showed progress within one
+            # heartbeat interval of its end: everything up to the window end was returned.
+            progress = window.end
+        else:
+            # It returned normally but its evidence stops short (a server whose clock is
+            # behind the window end): only what the evidence proves is read; the partition
+            # continues from there and the gate stays closed meanwhile (I4).
+            progress = watermark + timedelta(microseconds=1)
         outcome = PartitionOutcome(
             partition_id=position.partition_id,
             finished=finished,
-            # Finished: everything before the children's start was returned. Otherwise the
-            # bounded query returned normally: everything up to the window end was returned.
-            watermark=watermark if finished else window.end,
+            watermark=progress,
             records=records,
             resume_position=None if finished else position.partition_id,
             children=tuple(children.values()),

@@ -194,7 +194,13 @@ def _data_change(raw: dict) -> DataChangeRecord:
 
 def _ts(value) -> datetime:
     if isinstance(value, datetime):
-        return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+        # The client returns DatetimeWithNanoseconds; keep a plain datetime (Spark checks the
+        # exact type). Commit timestamps are microsecond-granular, so nothing is lost.
+        value = value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
+        return datetime(
+            value.year, value.month, value.day, value.hour, value.minute, value.second,
+            value.microsecond, tzinfo=UTC,
+        )
     return parse_ts(_nanos_to_micros(str(value)))
 
 
