@@ -40,8 +40,7 @@ test: setup services
 
 ## demo: the main pipeline end to end on embedded defaults.
 demo: setup
-	@if [ -f scripts/demo.py ]; then $(PY) scripts/demo.py; \
-	else echo "demo: no pipeline exists yet (the Spanner change streams pipeline brings it)"; fi
+	$(PY) -m airflow_cdc.demo.spanner
 
 ## bench: benchmarks (ratios against a baseline measured in the same run).
 bench: setup

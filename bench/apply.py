@@ -7,7 +7,8 @@ generated in Spark: every key starts with an INSERT, then follows one of three h
 (I U U D I, I U D I U, or I U U U U, so 60% of all changes are updates, 10% deletes, 30%
 inserts); half of the updates are partial images (NEW_VALUES), half full ones (NEW_ROW).
 Changes fall into two windows by commit time, and 5% of all changes arrive in the other
-window (late older changes, and early newer ones). Applying window 1 then window 2 is timed;
+window (late older changes, and early newer ones). Each window is appended to the changelog in
+one commit of a few files, as the extract job writes it. Applying window 1 then window 2 is timed;
 so, separately and in the same run, is the floor: appending the same rows, read from the
 changelog, to an empty Iceberg table. Both are warmed up on a small run first.
 
@@ -46,6 +47,7 @@ COLUMN_TYPES = (
 )
 # Op of the change at position 0..4 of a key, per history (key % 4).
 HISTORIES = {0: "IUUDI", 1: "IUDIU", 2: "IUUUU", 3: "IUUUU"}
+EXTRACT_TASKS = 4  # files per window in the changelog, as from an extract reading 4 partitions
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -72,7 +74,7 @@ def build_changelog(spark, table: str, changes: int, keys: int) -> None:
     window_seconds = 3600
     step = 2 * window_seconds // (per_key + 1)  # a key's positions spread over windows 1 and 2
     frame = spark.range(changes).select(
-        (F.col("id") % keys).alias("key"), (F.col("id") / keys).cast("int").alias("pos"), F.col("id").alias("n")
+        (F.col("id") % keys).alias("key"), (F.col("id") / keys).cast("bigint").alias("pos"), F.col("id").alias("n")
     )
     history = F.col("key") % 4
     op_letter = (
@@ -125,8 +127,15 @@ def build_changelog(spark, table: str, changes: int, keys: int) -> None:
     )
     columns = ", ".join(f"{name} {kind}" for name, kind in CHANGELOG_COLUMNS)
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {table.rsplit('.', 1)[0]}")
-    spark.sql(f"CREATE TABLE {table} ({columns}) USING iceberg PARTITIONED BY ({CHANGELOG_PARTITIONING})")
-    rows.select(*[name for name, _ in CHANGELOG_COLUMNS]).writeTo(table).append()
+    # Like the extract job: one commit per window, written by parallel tasks (one file each).
+    spark.sql(
+        f"CREATE TABLE {table} ({columns}) USING iceberg PARTITIONED BY ({CHANGELOG_PARTITIONING}) "
+        f"TBLPROPERTIES ('write.distribution-mode' = 'none')"
+    )
+    for win in (w1, w2):
+        rows.where(F.col("window_id") == win.window_id).select(
+            *[name for name, _ in CHANGELOG_COLUMNS]
+        ).repartition(EXTRACT_TASKS).writeTo(table).append()
     sample = spark.table(table).select("commit_ts", "ordering_key").first()
     # Spark hands timestamps over as naive local time: astimezone reads them as such.
     if bytes(sample.ordering_key) != encode_ordering_key(sample.commit_ts.astimezone(timezone.utc)):

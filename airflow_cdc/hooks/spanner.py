@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
+from airflow.providers.common.compat.sdk import BaseHook
 from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
 
 from airflow_cdc.sources.spanner.reader import SpannerConnection
@@ -25,10 +26,21 @@ class SpannerChangeStreamHook(GoogleBaseHook):
         emulator_host: str | None = None,
         **kwargs,
     ) -> None:
-        super().__init__(
-            gcp_conn_id=gcp_conn_id, impersonation_chain=impersonation_chain, **kwargs
-        )
         self.emulator_host = emulator_host or os.environ.get("SPANNER_EMULATOR_HOST")
+        if self.emulator_host:
+            # GoogleBaseHook reads the gcp connection when built; an emulator needs none, and
+            # laptops running the emulator usually have no google_cloud_default defined.
+            BaseHook.__init__(self, **kwargs)
+            self.gcp_conn_id = gcp_conn_id
+            self.impersonation_chain = impersonation_chain
+            self.quota_project_id = None
+            self.extras = {}
+            self._cached_credentials = None
+            self._cached_project_id = None
+        else:
+            super().__init__(
+                gcp_conn_id=gcp_conn_id, impersonation_chain=impersonation_chain, **kwargs
+            )
 
     def connection_for(
         self, instance_id: str, database_id: str, project_id: str | None = None,

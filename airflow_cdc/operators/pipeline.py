@@ -92,7 +92,8 @@ def SpannerChangeStreamPipeline(  # noqa: N802 - a factory named like the group 
         lease_seconds=lease_seconds,
     )
     spark = dict(spark_conn_id=spark_conn_id, spark_conf=spark_conf)
-    with TaskGroup(group_id=group_id, dag=dag) as group:
+    group_args = {"dag": dag} if dag is not None else {}
+    with TaskGroup(group_id=group_id, **group_args) as group:
         plan = SpannerChangeStreamPlanOperator(task_id="plan", **common)
         extract = SpannerChangeStreamExtractOperator(
             task_id="extract",

@@ -20,6 +20,7 @@ The same JSON object drives :func:`spark_jobs.apply.apply_window` (as a dict) an
         "on_dead_letter": "fail",                            # or "continue"
         "tombstone_horizon_seconds": 604800                  # 7 days (default)
       },
+      "changelog_split_size_bytes": 16777216,               # read split size (parallelism)
       "result": "/path/result.json",                         # apply_job.py only
       "fault_point": null                                    # tests: "after_target_commit" ...
     }
@@ -43,6 +44,7 @@ from airflow_cdc.model import CdcError, InvalidIdentifierError, parse_ts, valida
 
 ON_DEAD_LETTER = ("fail", "continue")
 DEFAULT_TOMBSTONE_HORIZON = timedelta(days=7)
+DEFAULT_CHANGELOG_SPLIT_SIZE = 16 << 20
 TOMBSTONES_SUFFIX = "__tombstones"
 HISTORY_SUFFIX = "__history"
 # Where the job may be told to stop on purpose (crash tests): right after the named commit.
@@ -98,6 +100,7 @@ class ApplyConfig:
     on_dead_letter: str = "fail"
     tombstone_horizon: timedelta = DEFAULT_TOMBSTONE_HORIZON
     fault_point: str | None = None
+    changelog_split_size: int = DEFAULT_CHANGELOG_SPLIT_SIZE
 
     @property
     def tombstone_cutoff(self) -> datetime:
@@ -188,6 +191,12 @@ class ApplyConfig:
             raise ApplyConfigError(
                 f"apply config: fault_point {fault_point!r} is not one of {list(FAULT_POINTS)}"
             )
+        split_size = data.get("changelog_split_size_bytes", DEFAULT_CHANGELOG_SPLIT_SIZE)
+        if isinstance(split_size, bool) or not isinstance(split_size, int) or split_size < 1 << 20:
+            raise ApplyConfigError(
+                f"apply config: changelog_split_size_bytes {split_size!r} must be an integer of at "
+                f"least 1048576 (1 MiB)"
+            )
         return cls(
             catalog=catalog,
             stream=stream,
@@ -201,6 +210,7 @@ class ApplyConfig:
             on_dead_letter=on_dead_letter,
             tombstone_horizon=timedelta(seconds=float(horizon)),
             fault_point=fault_point,
+            changelog_split_size=split_size,
         )
 
 

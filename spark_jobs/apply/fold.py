@@ -5,9 +5,9 @@ Procedure (:func:`fold_table`):
 1. Parse (:func:`parse_changes`): keys and new values are read as ``map<string,string>``, so a
    column set to NULL (present, null) differs from a column a partial image leaves out
    (absent). Key and value texts become the target's types. A row gets a reason when it
-   cannot be applied as written: unknown op or image, a bad ``column_types`` declaration
-   (see ``schema.py``), a value that does not convert, a column no declaration types. Rows
-   whose key-column set is not the target's are *orphans*: they address no target row.
+   cannot be applied as written: key columns other than the target's, unknown op or image, a
+   bad ``column_types`` declaration (see ``schema.py``), a value that does not convert, a
+   column no declaration types.
 2. Order (one shuffle by key, one sort by ordering key): each change is compared with the
    previous change of its key. The same ordering key with the same content is a redelivery
    (applied once); with different content it is a clash, a source bug that is reported and
@@ -31,6 +31,7 @@ Procedure (:func:`fold_table`):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame, Window
@@ -51,17 +52,25 @@ def key_text(parts: list[tuple[Column, str]]) -> Column:
     """The canonical text of a key (its typed values), used to shuffle, sort, join and group.
 
     A string sorts and hashes much faster than a struct, and typed values give one text per
-    key whatever their JSON spelling (``1`` and ``"1"``). NULL parts stay distinct.
+    key whatever their JSON spelling (``1`` and ``"1"``). NULL parts stay distinct. One key
+    column: ``v<value>`` or ``n`` (NULL); several: a JSON array of the values as text.
+    Rows that address no target row get keys starting with ``!`` (see :func:`parse_changes`).
     """
-    return F.to_json(F.array(*[F.base64(c) if t == "binary" else c.cast("string") for c, t in parts]))
+    texts = [F.base64(c) if t == "binary" else c.cast("string") for c, t in parts]
+    if len(texts) == 1:
+        return F.coalesce(F.concat(F.lit("v"), texts[0]), F.lit("n"))
+    return F.to_json(F.array(*texts))
 
 
 def key_columns(plan: TablePlan) -> list[Column]:
     """The typed key columns, named as in the target, recovered from ``__key``."""
-    texts = F.from_json(F.col("__key"), "array<string>")
+    if len(plan.key_names) == 1:
+        texts = [F.when(F.col("__key") != "n", F.expr("substring(__key, 2)"))]
+    else:
+        parsed = F.from_json(F.col("__key"), "array<string>")
+        texts = [parsed.getItem(i) for i in range(len(plan.key_names))]
     columns = []
-    for i, name in enumerate(plan.key_names):
-        text = texts.getItem(i)
+    for text, name in zip(texts, plan.key_names):
         kind = plan.key_types[name]
         columns.append((F.unbase64(text) if kind == "binary" else text.cast(kind)).alias(name))
     return columns
@@ -89,25 +98,76 @@ def _names(values: Column) -> Column:
     return F.concat(F.lit("["), F.array_join(values, ", "), F.lit("]"))
 
 
-def parse_changes(rows: DataFrame, plan: TablePlan) -> DataFrame:
-    """Step 1: the raw changelog columns plus typed keys, typed values and a row reason."""
+FOLD_INPUT = ("op", "image", "new_values_json", "commit_ts", "ordering_key")
+
+
+def fold_input(plan: TablePlan) -> tuple[str, ...]:
+    """The changelog columns the fold reads (the dead-letter path reads them all)."""
+    return FOLD_INPUT + ("keys_json",) + (("column_types_json",) if plan.bad_declarations else ())
+
+
+def parse_changes(
+    rows: DataFrame, plan: TablePlan, carry: Sequence[str] = tuple(_RAW_COLUMNS), partitions: int | None = None
+) -> DataFrame:
+    """Step 1: the ``carry`` columns plus the key, typed values, touched flags and a row reason.
+
+    ``keys_json`` and ``new_values_json`` are parsed in ONE ``from_json`` call per row (as one
+    document ``{"k": keys, "v": values, "a": values}``): Spark allocates a new reader for every
+    call, which costs more than the parsing itself. Only rows whose document does not parse
+    are read again, part by part, to tell which part is bad.
+
+    Rows whose key columns are not the target's get the key ``!<keys_json>``: they fold into
+    groups of their own, which are dead-lettered.
+
+    With ``partitions``, rows are then hash-partitioned by key, so the fold's sort and
+    aggregate reuse that one shuffle.
+    """
     names = fold_columns(plan)
-    key_schema = ", ".join(f"`{k}`: string" for k in plan.key_names)
-    keys_struct = F.from_json("keys_json", f"struct<{key_schema}>")
-    values_map = F.from_json("new_values_json", "map<string,string>")
-    parsed = rows.select(*_RAW_COLUMNS).withColumn("__km", keys_struct).withColumn("__vm", values_map)
+    arrays = [c for c, t in plan.columns.items() if t.startswith("array<")]
+    keys_json, values_json = F.col("keys_json"), F.col("new_values_json")
+    schema = "struct<k: map<string,string>, v: map<string,string>"
+    parts = [F.lit('{"k":'), F.coalesce(keys_json, F.lit("null")), F.lit(',"v":'), F.coalesce(values_json, F.lit("null"))]
+    if arrays:
+        schema += ", a: struct<" + ", ".join(f"`{c}`: array<string>" for c in arrays) + ">"
+        parts += [F.lit(',"a":'), F.coalesce(values_json, F.lit("null"))]
+    doc = F.from_json(F.concat(*parts, F.lit("}")), schema + ">")
+    keyed = rows.select(*carry, doc.alias("__doc"))
+    whole = F.col("__doc").isNotNull()
+    km = F.when(whole, F.col("__doc.k")).otherwise(F.from_json(keys_json, "map<string,string>"))
+    vm = F.when(whole, F.col("__doc.v")).otherwise(F.from_json(values_json, "map<string,string>"))
+    keyed = keyed.select(*carry, km.alias("__km"), vm.alias("__vm"), *(
+        [F.when(whole, F.col(f"__doc.a.`{c}`")).alias(f"__a{i}") for i, c in enumerate(arrays)]
+    ))
     km, vm = F.col("__km"), F.col("__vm")
+    expected_keys = sorted(plan.key_names)
+    key_names = F.array_sort(F.map_keys(km))
+    key_fits = F.coalesce(key_names == F.array(*[F.lit(k) for k in expected_keys]), F.lit(False))
+    typed_key = key_text([(typed_value(km.getItem(k), plan.key_types[k]), plan.key_types[k]) for k in plan.key_names])
+    key = F.when(key_fits, typed_key).otherwise(F.concat(F.lit("!"), F.coalesce(keys_json, F.lit("null"))))
+    keyed = keyed.select("*", key.alias("__key"), key_fits.alias("__key_fits"), key_names.alias("__key_names"))
+    if partitions:
+        keyed = keyed.repartition(partitions, "__key")
+    parsed = keyed
+    key_names = F.col("__key_names")
     op, image = F.col("op"), F.col("image")
     is_delete = op == "DELETE"
     is_reset = op.isin("INSERT", "READ", "DELETE") | (image == "FULL")
-    expected_keys = sorted(plan.key_names)
-    key_names = F.array_sort(F.expr("json_object_keys(keys_json)"))
-    if plan.orphan_rows:
-        key_fits = F.coalesce(key_names == F.array(*[F.lit(k) for k in expected_keys]), F.lit(False))
-    else:  # every row of the window has the target's key columns (schema.plan_tables counted)
-        key_fits = F.lit(True)
+    elements = {c: F.coalesce(F.col(f"__a{i}"), F.from_json(vm.getItem(c), "array<string>")) for i, c in enumerate(arrays)}
 
     reasons: list[Column] = [
+        F.when(
+            ~F.col("__key_fits"),
+            F.when(km.isNull(), F.lit("keys_json is not a JSON object of key columns")).otherwise(
+                F.concat(
+                    F.lit("key columns "),
+                    _names(key_names),
+                    F.lit(
+                        f" differ from the key columns {expected_keys} of target {plan.target}: the "
+                        f"row cannot be matched to a target row"
+                    ),
+                )
+            ),
+        ),
         F.when(~op.isin(*OPS) | op.isNull(), F.concat(F.lit("op "), _text(op), F.lit(" is not one of " + ", ".join(OPS)))),
         F.when(
             ~is_delete & (~image.isin(*IMAGES) | image.isNull()),
@@ -139,7 +199,7 @@ def parse_changes(rows: DataFrame, plan: TablePlan) -> DataFrame:
         )
     )
     for name in plan.key_names:
-        raw = km.getField(name)
+        raw = km.getItem(name)
         reasons.append(
             F.when(
                 bad_value(raw, plan.key_types[name]),
@@ -150,26 +210,13 @@ def parse_changes(rows: DataFrame, plan: TablePlan) -> DataFrame:
         raw = vm.getItem(name)
         reasons.append(
             F.when(
-                ~is_delete & bad_value(raw, spark_type),
+                ~is_delete & bad_value(raw, spark_type, elements.get(name)),
                 F.concat(F.lit(f"column {name!r} value "), _text(raw), F.lit(f" is not a {spark_type}")),
             )
         )
-    key = key_text([(typed_value(km.getField(k), plan.key_types[k]), plan.key_types[k]) for k in plan.key_names])
-    orphan_reason = F.when(key_names.isNull(), F.lit("keys_json is not a JSON object of key columns")).otherwise(
-        F.concat(
-            F.lit("key columns "),
-            _names(key_names),
-            F.lit(
-                f" differ from the key columns {expected_keys} of target {plan.target}: the row "
-                f"cannot be matched to a target row"
-            ),
-        )
-    )
     parsed = parsed.select(
-        *_RAW_COLUMNS,
-        key.alias("__key"),
-        key_fits.alias("__key_fits"),
-        orphan_reason.alias("__orphan_reason"),
+        *carry,
+        "__key",
         F.coalesce(*reasons).alias("__row_reason"),
         is_delete.alias("__is_delete"),
         is_reset.alias("__is_reset"),
@@ -179,7 +226,7 @@ def parse_changes(rows: DataFrame, plan: TablePlan) -> DataFrame:
             for name in plan.columns
         ],
         *[
-            F.when(~is_delete, typed_value(vm.getItem(name), spark_type)).alias(names.values[name][0])
+            F.when(~is_delete, typed_value(vm.getItem(name), spark_type, elements.get(name))).alias(names.values[name][0])
             for name, spark_type in plan.columns.items()
         ],
     )
@@ -196,8 +243,7 @@ def _group_by_reason(bad: dict[str | None, str]) -> dict[str, list[str | None]]:
 def ordered_changes(parsed: DataFrame, guard: DataFrame | None) -> DataFrame:
     """Steps 2-3: redelivery and clash flags, and liveness against the guard."""
     by_key = Window.partitionBy("__key").orderBy("ordering_key", "__h")
-    changes = parsed.where("__key_fits") if "__key_fits" in parsed.columns else parsed
-    changes = changes.select(
+    changes = parsed.select(
         "*", F.lag("ordering_key").over(by_key).alias("__prev_seq"), F.lag("__h").over(by_key).alias("__prev_h")
     )
     same_seq = F.coalesce(F.col("__prev_seq") == F.col("ordering_key"), F.lit(False))
@@ -322,12 +368,8 @@ def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
 
 
 def dead_letter_rows(parsed: DataFrame, folded: DataFrame) -> DataFrame:
-    """The raw rows of dead keys and orphan rows, each with its reason (changelog columns + reason)."""
+    """The raw rows of dead keys, each with its reason (changelog columns + reason)."""
     dead_keys = folded.where(F.col("__action") == "DEAD").select("__key", "__key_reason")
-    of_dead_keys = (
-        parsed.where("__key_fits")
-        .join(dead_keys, "__key", "inner")
-        .select(*_RAW_COLUMNS, F.coalesce("__row_reason", "__key_reason").alias("reason"))
+    return parsed.join(dead_keys, "__key", "inner").select(
+        *_RAW_COLUMNS, F.coalesce("__row_reason", "__key_reason").alias("reason")
     )
-    orphans = parsed.where(~F.col("__key_fits")).select(*_RAW_COLUMNS, F.col("__orphan_reason").alias("reason"))
-    return of_dead_keys.unionByName(orphans)

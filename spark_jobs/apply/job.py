@@ -45,7 +45,14 @@ from spark_jobs.apply.commits import (
 )
 from spark_jobs.apply.config import ApplyConfig
 from spark_jobs.apply.dead_letters import create_dead_letter_table, in_table_order
-from spark_jobs.apply.fold import dead_letter_rows, fold_table, guard_frame, ordered_changes, parse_changes
+from spark_jobs.apply.fold import (
+    dead_letter_rows,
+    fold_input,
+    fold_table,
+    guard_frame,
+    ordered_changes,
+    parse_changes,
+)
 from spark_jobs.apply.schema import Declaration, TablePlan, plan_tables, prepare_target
 from spark_jobs.apply.targets import append_target, merge_history, merge_target, merge_tombstones
 
@@ -134,10 +141,12 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
             f"changelog table {changelog} does not exist: the extract step creates it; check "
             f"changelog_table and the catalog's warehouse"
         )
-    rows = spark.table(changelog).where(
+    # Small read splits: the parse and key extraction run before the shuffle, in parallel.
+    reader = spark.read.option("split-size", str(config.changelog_split_size))
+    rows = reader.table(changelog).where(
         (F.col("window_id") == F.lit(config.window_id)) & (F.col("stream") == F.lit(config.stream))
     )
-    plans = plan_tables(spark, config, _declarations(rows))
+    plans = plan_tables(spark, config, _declarations(rows), lambda table: _first_keys(rows, table))
     result = ApplyResult(
         stream=config.stream,
         window_id=config.window_id,
@@ -179,9 +188,9 @@ def _require_catalog(spark: SparkSession, catalog: str) -> None:
 
 
 def _declarations(rows: DataFrame) -> list[Declaration]:
-    key_names = F.array_sort(F.expr("json_object_keys(keys_json)"))
+    # Grouping by strings with fixed-width aggregates: a hash aggregate, no JSON parsing.
     found = (
-        rows.groupBy("source_table", "column_types_json", key_names.alias("key_names"))
+        rows.groupBy("source_table", "column_types_json")
         .agg(F.count(F.lit(1)).alias("rows"), F.min("commit_ts").alias("first_commit_ts"))
         .collect()
     )
@@ -189,12 +198,29 @@ def _declarations(rows: DataFrame) -> list[Declaration]:
         Declaration(
             source_table=row.source_table,
             column_types_json=row.column_types_json,
-            key_names=None if row.key_names is None else tuple(row.key_names),
             rows=int(row.rows),
             first_commit_ts=row.first_commit_ts,
         )
         for row in found
     ]
+
+
+def _first_keys(rows: DataFrame, source_table: str | None) -> tuple[str, ...] | None:
+    """The key-column names of the table's first change in the window (a new target's keys)."""
+    first = (
+        _table_rows(rows, source_table)
+        .where(F.col("keys_json").isNotNull())
+        .orderBy("commit_ts", "ordering_key")
+        .select("keys_json")
+        .first()
+    )
+    if first is None:
+        return None
+    try:
+        keys = json.loads(first.keys_json)
+    except json.JSONDecodeError:
+        return None
+    return tuple(sorted(keys)) if isinstance(keys, dict) and keys else None
 
 
 def _table_rows(rows: DataFrame, source_table: str | None) -> DataFrame:
@@ -233,13 +259,15 @@ def _fold(spark: SparkSession, config: ApplyConfig, plan: TablePlan, rows: DataF
 
     target_before = table_before(spark, plan.target.qualified, work.commits["target"])
     tombstones_before = table_before(spark, plan.tombstones.qualified, work.commits["tombstones"])
-    parsed = parse_changes(table_rows, plan)
+    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+    parsed = parse_changes(table_rows, plan, carry=fold_input(plan), partitions=partitions)
     changes = ordered_changes(parsed, guard_frame(plan, target_before, tombstones_before))
     if plan.history:
         changes = changes.persist(StorageLevel.MEMORY_AND_DISK)
         work.cached.append(changes)
-    folded = fold_table(changes, plan).persist(StorageLevel.MEMORY_AND_DISK)
-    work.cached.append(folded)
+    # Checkpointed, not only cached: the MERGEs below embed this frame in plans Iceberg
+    # rewrites, where a cache is not always recognised; a checkpoint is never recomputed.
+    folded = fold_table(changes, plan).localCheckpoint(eager=True)
     work.folded, work.changes, work.target_before = folded, changes, target_before
 
     counts = (
@@ -269,9 +297,8 @@ def _fold(spark: SparkSession, config: ApplyConfig, plan: TablePlan, rows: DataF
             work.deletes_in_target += keys if row["__in_target"] else 0
         if row["__action"] in ("UPSERT", "PATCH") and row["__tombstoned"]:
             work.revives += keys
-    result.dead_letter_rows += plan.orphan_rows
     if result.dead_letter_rows:
-        work.dead_letters = dead_letter_rows(parsed, folded)
+        work.dead_letters = dead_letter_rows(parse_changes(table_rows, plan), folded)
     work.purge_due = tombstones_before is not None and bool(
         tombstones_before.where(F.col("_cdc_commit_ts") < F.lit(config.tombstone_cutoff)).limit(1).count()
     )

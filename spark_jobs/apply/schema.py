@@ -1,14 +1,14 @@
 """Each source table's target schema for one window: routing, typing, evolution, bad declarations.
 
 Procedure (:func:`plan_tables`), from one small aggregate of the window's changelog rows (one
-row per distinct source table x ``column_types_json`` x key-column set, with a count and the
-first commit timestamp):
+row per distinct source table x ``column_types_json``, with a count and the first commit
+timestamp):
 
 1. Route: the target of a source table comes from ``targets.mapping`` or its own name. A source
    table with no usable target name is dead-lettered whole.
 2. Keys: the key columns are the target's (table property ``airflow-cdc.key-columns``) or, for
-   a new target, the key-column set most rows of the window use. Rows with another key set are
-   dead-lettered: their keys do not address the target's rows.
+   a new target, those of the window's first change (by commit timestamp, then ordering key).
+   Rows with another key-column set are dead-lettered by the fold: they address no target row.
 3. Columns: declarations (distinct ``column_types_json``) are read in commit-timestamp order.
    A column first seen is added (schema evolution); a type Iceberg can promote
    (``float`` -> ``double``) widens the column; a column absent from later declarations stays
@@ -22,7 +22,7 @@ first commit timestamp):
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -53,11 +53,10 @@ _RESERVED_NAMES = {"valid_from", "valid_to"}
 
 @dataclass(frozen=True)
 class Declaration:
-    """One distinct (source table, column_types_json, key-column set) of the window."""
+    """One distinct (source table, column_types_json) of the window."""
 
     source_table: str
     column_types_json: str | None
-    key_names: tuple[str, ...] | None
     rows: int
     first_commit_ts: datetime | None
 
@@ -76,8 +75,6 @@ class TablePlan:
     columns: dict[str, str] = field(default_factory=dict)  # business column -> Spark type
     existing_columns: dict[str, str] = field(default_factory=dict)
     bad_declarations: dict[str | None, str] = field(default_factory=dict)  # column_types_json -> reason
-    bad_key_sets: dict[tuple[str, ...] | None, str] = field(default_factory=dict)
-    orphan_rows: int = 0  # rows whose key-column set is not the target's
     history: bool = False
 
     @property
@@ -128,9 +125,16 @@ def read_existing_target(spark: SparkSession, target: TableName) -> ExistingTarg
 
 
 def plan_tables(
-    spark: SparkSession, config: ApplyConfig, declarations: Iterable[Declaration]
+    spark: SparkSession,
+    config: ApplyConfig,
+    declarations: Iterable[Declaration],
+    first_keys: Callable[[str | None], tuple[str, ...] | None],
 ) -> list[TablePlan]:
-    """One :class:`TablePlan` per source table of the window (steps 1-3 of the module doc)."""
+    """One :class:`TablePlan` per source table of the window (steps 1-3 of the module doc).
+
+    ``first_keys(source_table)`` gives the key-column names of the table's first change in
+    the window; it is asked only for tables whose target does not exist yet.
+    """
     by_table: dict[str, list[Declaration]] = {}
     for declaration in declarations:
         by_table.setdefault(declaration.source_table, []).append(declaration)
@@ -152,7 +156,8 @@ def plan_tables(
             )
             continue
         existing = read_existing_target(spark, target)
-        plans.append(_plan_table(source_table, target, existing, table_declarations, config))
+        key_names = existing.key_names if existing is not None and existing.key_names else first_keys(source_table)
+        plans.append(_plan_table(source_table, target, existing, key_names or (), table_declarations, config))
     return plans
 
 
@@ -160,6 +165,7 @@ def _plan_table(
     source_table: str,
     target: TableName,
     existing: ExistingTarget | None,
+    key_names: tuple[str, ...],
     declarations: list[Declaration],
     config: ApplyConfig,
 ) -> TablePlan:
@@ -170,13 +176,12 @@ def _plan_table(
         target_exists=existing is not None,
         history=config.history_enabled(source_table),
     )
+    plan.key_names = tuple(key_names)
     if existing is not None and existing.key_names:
-        plan.key_names = existing.key_names
         plan.key_types = dict(existing.key_types)
         plan.columns = dict(existing.columns)
         plan.existing_columns = dict(existing.columns)
     else:
-        plan.key_names = _majority_key_set(declarations)
         if existing is not None:  # a table we did not create: keep its columns, add ours
             plan.columns = {c: t for c, t in existing.columns.items() if c not in plan.key_names}
             plan.existing_columns = dict(plan.columns)
@@ -189,12 +194,8 @@ def _plan_table(
         if problem:
             plan.reason = f"key column {problem}"
             return plan
-    for declaration in declarations:
-        if declaration.key_names != plan.key_names:
-            plan.bad_key_sets[declaration.key_names] = _key_set_reason(declaration.key_names, plan)
-            plan.orphan_rows += declaration.rows
     ordered = sorted(
-        (d for d in declarations if d.key_names == plan.key_names),
+        declarations,
         key=lambda d: (d.first_commit_ts is None, d.first_commit_ts or datetime.min, d.column_types_json or ""),
     )
     seen: set[str | None] = set()
@@ -212,25 +213,6 @@ def _plan_table(
             f"column_types of the window: the change rows must declare their key columns' types"
         )
     return plan
-
-
-def _majority_key_set(declarations: list[Declaration]) -> tuple[str, ...]:
-    counts: dict[tuple[str, ...], int] = {}
-    for declaration in declarations:
-        if declaration.key_names:
-            counts[declaration.key_names] = counts.get(declaration.key_names, 0) + declaration.rows
-    if not counts:
-        return ()
-    return min(counts, key=lambda names: (-counts[names], names))
-
-
-def _key_set_reason(key_names: tuple[str, ...] | None, plan: TablePlan) -> str:
-    if key_names is None:
-        return "keys_json is not a JSON object of key columns"
-    return (
-        f"key columns {list(key_names)} differ from the key columns {list(plan.key_names)} of "
-        f"target {plan.target}: the row cannot be matched to a target row"
-    )
 
 
 def _column_name_problem(name: str) -> str | None:

@@ -27,12 +27,17 @@ _BASE64 = r"^[A-Za-z0-9+/\s]*={0,2}\s*$"
 _ARRAY = re.compile(r"^array<(.+)>$")
 
 
-def typed_value(raw: Column, spark_type: str) -> Column:
-    """``raw`` (JSON value text, NULL when absent or null) converted to ``spark_type``."""
+def typed_value(raw: Column, spark_type: str, elements: Column | None = None) -> Column:
+    """``raw`` (JSON value text, NULL when absent or null) converted to ``spark_type``.
+
+    For arrays, ``elements`` may give ``raw`` already parsed as ``array<string>``.
+    """
     array = _ARRAY.match(spark_type)
     if array:
         element = array.group(1)
-        return F.transform(F.from_json(raw, "array<string>"), lambda x: typed_value(x, element))
+        if elements is None:
+            elements = F.from_json(raw, "array<string>")
+        return F.transform(elements, lambda x: typed_value(x, element))
     if spark_type in ("bigint", "int", "smallint", "tinyint"):
         return F.when(raw.rlike(_INTEGER), F.trim(raw).cast(spark_type))
     if spark_type == "boolean":
@@ -47,12 +52,13 @@ def typed_value(raw: Column, spark_type: str) -> Column:
     return raw.cast(spark_type)
 
 
-def bad_value(raw: Column, spark_type: str) -> Column:
+def bad_value(raw: Column, spark_type: str, elements: Column | None = None) -> Column:
     """True where ``raw`` is present and not NULL but does not convert to ``spark_type``."""
     array = _ARRAY.match(spark_type)
     if array:
         element = array.group(1)
-        elements = F.from_json(raw, "array<string>")
+        if elements is None:
+            elements = F.from_json(raw, "array<string>")
         return raw.isNotNull() & (
             elements.isNull()
             | F.exists(elements, lambda x: x.isNotNull() & typed_value(x, element).isNull())

@@ -1,0 +1,1 @@
+"""End-to-end demos on embedded defaults (``make demo``): emulator, real Airflow, Spark, Iceberg."""
