@@ -1,4 +1,4 @@
-"""Spanner change stream -> Apache Iceberg, one 30-minute window per DAG run.
+"""Spanner change stream -> Apache Iceberg, one 30-minute window per DAG run (CDC_WINDOW_MINUTES).
 
 Every run reads the change stream's partitions for its data interval in parallel on Spark,
 appends the changes to the stream's Iceberg changelog (``cdc.<stream>_changelog``), applies
@@ -25,12 +25,13 @@ INSTANCE = os.environ.get("CDC_SPANNER_INSTANCE", "demo-instance")
 DATABASE = os.environ.get("CDC_SPANNER_DATABASE", "shop")
 CHANGE_STREAM = os.environ.get("CDC_SPANNER_STREAM", "AllChanges")
 START = datetime.fromisoformat(os.environ.get("CDC_START", "2025-01-06T08:00:00+00:00"))
+WINDOW_MINUTES = int(os.environ.get("CDC_WINDOW_MINUTES", "30"))
 
 with DAG(
     dag_id="spanner_change_stream_to_iceberg",
     # A data-interval timetable: each run owns [data_interval_start, data_interval_end).
     # A plain "@hourly" would give zero-width intervals in Airflow 3 and is refused.
-    schedule=CronDataIntervalTimetable("*/30 * * * *", timezone="UTC"),
+    schedule=CronDataIntervalTimetable(f"*/{WINDOW_MINUTES} * * * *", timezone="UTC"),
     start_date=START.astimezone(timezone.utc),
     catchup=False,
     max_active_runs=1,

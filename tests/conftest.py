@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,29 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+# Airflow reads its home when first imported: give the whole test session its own, so tests
+# never touch a developer's ~/airflow and every run starts from an empty metadata DB.
+_AIRFLOW_HOME = tempfile.mkdtemp(prefix="cdc-tests-airflow-home-")
+os.environ["AIRFLOW_HOME"] = _AIRFLOW_HOME
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(ROOT / "dags")
+os.environ.pop("AIRFLOW_CDC_STATE_URL", None)
+os.environ.pop("SPANNER_EMULATOR_HOST", None)
+
+
+@pytest.fixture(scope="session")
+def airflow_db():
+    """The session's Airflow metadata DB, migrated once (for tests that run DAGs)."""
+    import subprocess
+
+    subprocess.run(
+        [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        env={**os.environ},
+    )
+    return _AIRFLOW_HOME
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ from typing import Any
 from airflow.providers.common.compat.sdk import AirflowFailException, BaseOperator
 
 from airflow_cdc.hooks.state import DEFAULT_CONN_ID, CdcStateHook
-from airflow_cdc.model import Window, ZeroWidthWindowError, format_ts
+from airflow_cdc.model import Window, WindowState, ZeroWidthWindowError, format_ts
 from airflow_cdc.pipeline.protocol import StreamConfig, commit_window
 from airflow_cdc.spark.iceberg import IcebergCatalog
 
@@ -144,6 +144,13 @@ class CdcExtractOperator(CdcSparkOperator):
         window = self.window(context)
         owner = run_owner(context)
         store = self.state_store()
+        record = store.get_window(window.stream_id, window.start)
+        if record is not None and record.committed:
+            # Re-run of a committed window: its changelog commit and outcomes are recorded;
+            # running the job again could only find its tag and write nothing (I1).
+            self.log.info("window %s is already %s: nothing to extract", window.window_id,
+                          record.state.value)
+            return {**window_summary(record), "skipped": True}
         store.renew_lease(window, owner, self.lease_seconds)
         folder = config.window_dir(window)
         result_path = folder / "extract-result.json"
@@ -266,6 +273,9 @@ class CdcApplyOperator(CdcSparkOperator):
                 f"window {window.window_id} of {window.stream_id} is {state}: apply runs after "
                 f"commit; clear the window's commit task"
             )
+        if record.state is WindowState.COMPLETE:
+            self.log.info("window %s is already COMPLETE: nothing to apply", window.window_id)
+            return {**window_summary(record), "skipped": True}
         store.renew_lease(window, owner, self.lease_seconds)
         folder = config.window_dir(window)
         config_path, result_path = folder / "apply.json", folder / "apply-result.json"

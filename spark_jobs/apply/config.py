@@ -20,7 +20,7 @@ The same JSON object drives :func:`spark_jobs.apply.apply_window` (as a dict) an
         "on_dead_letter": "fail",                            # or "continue"
         "tombstone_horizon_seconds": 604800                  # 7 days (default)
       },
-      "changelog_split_size_bytes": 16777216,               # read split size (parallelism)
+      "changelog_split_size_bytes": 8388608,                # changelog read split size (tuning)
       "result": "/path/result.json",                         # apply_job.py only
       "fault_point": null                                    # tests: "after_target_commit" ...
     }
@@ -44,7 +44,9 @@ from airflow_cdc.model import CdcError, InvalidIdentifierError, parse_ts, valida
 
 ON_DEAD_LETTER = ("fail", "continue")
 DEFAULT_TOMBSTONE_HORIZON = timedelta(days=7)
-DEFAULT_CHANGELOG_SPLIT_SIZE = 16 << 20
+# Small changelog read splits: parsing, the costly part, runs before the fold's shuffle, so its
+# parallelism is the number of splits (Iceberg's default, 128 MiB, often gives one task).
+DEFAULT_CHANGELOG_SPLIT_SIZE = 8 << 20
 TOMBSTONES_SUFFIX = "__tombstones"
 HISTORY_SUFFIX = "__history"
 # Where the job may be told to stop on purpose (crash tests): right after the named commit.

@@ -106,9 +106,7 @@ def fold_input(plan: TablePlan) -> tuple[str, ...]:
     return FOLD_INPUT + ("keys_json",) + (("column_types_json",) if plan.bad_declarations else ())
 
 
-def parse_changes(
-    rows: DataFrame, plan: TablePlan, carry: Sequence[str] = tuple(_RAW_COLUMNS), partitions: int | None = None
-) -> DataFrame:
+def parse_changes(rows: DataFrame, plan: TablePlan, carry: Sequence[str] = tuple(_RAW_COLUMNS)) -> DataFrame:
     """Step 1: the ``carry`` columns plus the key, typed values, touched flags and a row reason.
 
     ``keys_json`` and ``new_values_json`` are parsed in ONE ``from_json`` call per row (as one
@@ -119,8 +117,8 @@ def parse_changes(
     Rows whose key columns are not the target's get the key ``!<keys_json>``: they fold into
     groups of their own, which are dead-lettered.
 
-    With ``partitions``, rows are then hash-partitioned by key, so the fold's sort and
-    aggregate reuse that one shuffle.
+    All of it runs before the fold's one shuffle, which then carries only compact typed
+    columns (Spark prunes the raw ones).
     """
     names = fold_columns(plan)
     arrays = [c for c, t in plan.columns.items() if t.startswith("array<")]
@@ -144,10 +142,7 @@ def parse_changes(
     key_fits = F.coalesce(key_names == F.array(*[F.lit(k) for k in expected_keys]), F.lit(False))
     typed_key = key_text([(typed_value(km.getItem(k), plan.key_types[k]), plan.key_types[k]) for k in plan.key_names])
     key = F.when(key_fits, typed_key).otherwise(F.concat(F.lit("!"), F.coalesce(keys_json, F.lit("null"))))
-    keyed = keyed.select("*", key.alias("__key"), key_fits.alias("__key_fits"), key_names.alias("__key_names"))
-    if partitions:
-        keyed = keyed.repartition(partitions, "__key")
-    parsed = keyed
+    parsed = keyed.select("*", key.alias("__key"), key_fits.alias("__key_fits"), key_names.alias("__key_names"))
     key_names = F.col("__key_names")
     op, image = F.col("op"), F.col("image")
     is_delete = op == "DELETE"

@@ -141,7 +141,6 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
             f"changelog table {changelog} does not exist: the extract step creates it; check "
             f"changelog_table and the catalog's warehouse"
         )
-    # Small read splits: the parse and key extraction run before the shuffle, in parallel.
     reader = spark.read.option("split-size", str(config.changelog_split_size))
     rows = reader.table(changelog).where(
         (F.col("window_id") == F.lit(config.window_id)) & (F.col("stream") == F.lit(config.stream))
@@ -259,8 +258,7 @@ def _fold(spark: SparkSession, config: ApplyConfig, plan: TablePlan, rows: DataF
 
     target_before = table_before(spark, plan.target.qualified, work.commits["target"])
     tombstones_before = table_before(spark, plan.tombstones.qualified, work.commits["tombstones"])
-    partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-    parsed = parse_changes(table_rows, plan, carry=fold_input(plan), partitions=partitions)
+    parsed = parse_changes(table_rows, plan, carry=fold_input(plan))
     changes = ordered_changes(parsed, guard_frame(plan, target_before, tombstones_before))
     if plan.history:
         changes = changes.persist(StorageLevel.MEMORY_AND_DISK)

@@ -1,0 +1,65 @@
+"""Airflow-side refusals: zero-width windows and schedules, secrets in pipeline arguments."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from airflow_cdc.operators.window import window_from_context
+
+T = datetime(2024, 5, 1, 9, 0, tzinfo=timezone.utc)
+
+
+def test_zero_width_data_interval_is_refused_naming_the_timetable_to_use():
+    from airflow.providers.common.compat.sdk import AirflowFailException
+
+    with pytest.raises(AirflowFailException, match="CronDataIntervalTimetable"):
+        window_from_context("orders", {"data_interval_start": T, "data_interval_end": T})
+
+
+def test_pipeline_in_a_dag_with_a_cron_trigger_schedule_is_refused_at_parse_time():
+    from airflow.sdk import DAG
+
+    from airflow_cdc.operators.pipeline import SpannerChangeStreamPipeline
+
+    with DAG("cron_trigger", schedule="@hourly", start_date=T):
+        with pytest.raises(ValueError, match="CronTriggerTimetable.*CronDataIntervalTimetable"):
+            SpannerChangeStreamPipeline(
+                group_id="g", instance_id="i", database_id="d", change_stream="Orders"
+            )
+
+
+def test_pipeline_adds_the_five_protocol_tasks_in_order():
+    from airflow.sdk import DAG
+    from airflow.timetables.interval import CronDataIntervalTimetable
+
+    from airflow_cdc.operators.pipeline import SpannerChangeStreamPipeline
+
+    with DAG("ok", schedule=CronDataIntervalTimetable("@hourly", timezone="UTC"), start_date=T) as dag:
+        SpannerChangeStreamPipeline(group_id="g", instance_id="i", database_id="d",
+                                    change_stream="Orders")
+    order = ["g.plan", "g.extract", "g.commit", "g.apply", "g.gate"]
+    assert dag.task_ids == order
+    for upstream, downstream in zip(order, order[1:]):
+        assert dag.get_task(downstream).upstream_task_ids == {upstream}
+
+
+def test_invalid_change_stream_name_is_refused_before_any_task_exists():
+    from airflow.sdk import DAG
+    from airflow.timetables.interval import CronDataIntervalTimetable
+
+    from airflow_cdc.model import InvalidIdentifierError
+    from airflow_cdc.operators.pipeline import SpannerChangeStreamPipeline
+
+    with DAG("bad", schedule=CronDataIntervalTimetable("@hourly", timezone="UTC"), start_date=T):
+        with pytest.raises(InvalidIdentifierError, match="change stream name 'Orders; DROP'"):
+            SpannerChangeStreamPipeline(group_id="g", instance_id="i", database_id="d",
+                                        change_stream="Orders; DROP")
+
+
+def test_a_secret_in_the_source_spec_is_refused():
+    from airflow_cdc.pipeline.protocol import StreamConfig
+
+    with pytest.raises(ValueError, match=r"holds secrets at \['connection.access_token'\]"):
+        StreamConfig("orders", "spanner_change_stream", {"connection": {"access_token": "ya29"}})
