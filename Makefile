@@ -8,7 +8,7 @@ SYSTEM_JARS := /usr/share/java/jarjar.jar /usr/share/java/postgresql.jar /usr/sh
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
-.PHONY: setup test demo bench services system-packages constraints clean
+.PHONY: setup test demo demo-datastream bench services system-packages constraints clean
 
 ## setup: venv with the pinned constraints, the package (editable), Debian jars, Iceberg jars.
 setup: $(STAMP)
@@ -41,6 +41,10 @@ test: setup services
 ## demo: the main pipeline end to end on embedded defaults.
 demo: setup
 	$(PY) -m airflow_cdc.demo.spanner
+
+## demo-datastream: the Datastream pipeline end to end on local event files.
+demo-datastream: setup
+	$(PY) -m airflow_cdc.demo.datastream
 
 ## bench: benchmarks (ratios against a baseline measured in the same run).
 bench: setup

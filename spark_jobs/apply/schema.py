@@ -198,6 +198,7 @@ def _plan_table(
         declarations,
         key=lambda d: (d.first_commit_ts is None, d.first_commit_ts or datetime.min, d.column_types_json or ""),
     )
+    _type_keys(plan, ordered)
     seen: set[str | None] = set()
     for declaration in ordered:
         if declaration.column_types_json in seen:
@@ -213,6 +214,24 @@ def _plan_table(
             f"column_types of the window: the change rows must declare their key columns' types"
         )
     return plan
+
+
+def _type_keys(plan: TablePlan, declarations: list[Declaration]) -> None:
+    """Key column types from the first declaration typing each key (even one bad otherwise)."""
+    for declaration in declarations:
+        try:
+            declared = json.loads(declaration.column_types_json or "{}")
+        except json.JSONDecodeError:
+            continue
+        if not isinstance(declared, Mapping):
+            continue
+        for name in plan.key_names:
+            if name in plan.key_types or name not in declared:
+                continue
+            try:
+                plan.key_types[name] = spark_sql_type(declared[name])
+            except UnsupportedColumnTypeError:
+                continue
 
 
 def _column_name_problem(name: str) -> str | None:
