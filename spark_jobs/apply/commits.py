@@ -57,18 +57,25 @@ def window_commit(spark: SparkSession, table: str, window_id: str) -> WindowComm
     return WindowCommit(int(row.snapshot_id), parent, dict(row.summary or {}))
 
 
+def current_snapshot_id(spark: SparkSession, table: str) -> int | None:
+    """The snapshot the table's main branch points at (None: no snapshot yet)."""
+    rows = spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = 'main'").collect()
+    return int(rows[0].snapshot_id) if rows else None
+
+
 def table_before(spark: SparkSession, table: str, commit: WindowCommit | None) -> DataFrame | None:
     """``table`` as it was before ``commit`` (its current state when there is no commit).
 
-    None when the table did not exist or had no snapshot yet (nothing to read).
+    Always read at a fixed snapshot: a frame that read "the current state" would, when Spark
+    evaluates it again after this job's own commits, see those commits. None when the table
+    did not exist or had no snapshot yet (nothing to read).
     """
     if not spark.catalog.tableExists(table):
         return None
-    if commit is None:
-        return spark.table(table)
-    if commit.parent_id is None:
+    snapshot_id = current_snapshot_id(spark, table) if commit is None else commit.parent_id
+    if snapshot_id is None:
         return None
-    return spark.read.option("snapshot-id", str(commit.parent_id)).table(table)
+    return spark.read.option("snapshot-id", str(snapshot_id)).table(table)
 
 
 def append_tagged(frame: DataFrame, table: str, properties: Mapping[str, str]) -> None:

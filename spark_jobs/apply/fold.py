@@ -4,10 +4,9 @@ Procedure (:func:`fold_table`):
 
 1. Parse (:func:`parse_changes`): keys and new values are read as ``map<string,string>``, so a
    column set to NULL (present, null) differs from a column a partial image leaves out
-   (absent). Key and value texts become the target's types. A row gets a reason when it
-   cannot be applied as written: key columns other than the target's, unknown op or image, a
-   bad ``column_types`` declaration (see ``schema.py``), a value that does not convert, a
-   column no declaration types.
+   (absent). Keys become the target's key types. A row gets a reason when it cannot be
+   applied as written: key columns other than the target's, unknown op or image, a bad
+   ``column_types`` declaration (see ``schema.py``), a column no declaration types.
 2. Order (one shuffle by key, one sort by ordering key): each change is compared with the
    previous change of its key. The same ordering key with the same content is a redelivery
    (applied once); with different content it is a clash, a source bug that is reported and
@@ -18,8 +17,10 @@ Procedure (:func:`fold_table`):
 4. Fold (one aggregate per key): a *reset* (INSERT, READ, DELETE, or any FULL image) replaces
    the whole row; a PARTIAL image sets only the columns it carries. So each column's folded
    value is the value from the live change with the greatest ordering key among the resets
-   and the partial images carrying that column (``max_by``), and a column no live change
-   touches keeps the target's value.
+   and the partial images carrying that column, and a column no live change touches keeps
+   the target's value. The folded values are then typed; one that does not convert makes
+   the key dead (values of superseded changes are never applied, so they are checked only
+   where every change is kept: with history on).
 5. Decide, per key: ``DELETE`` when the last live change is a delete; ``UPSERT`` when a
    non-delete reset is the latest reset; ``PATCH`` (partial images onto the target row) when
    there is no reset and the target holds the key; ``STALE`` when nothing is live; ``DEAD``
@@ -43,7 +44,6 @@ from spark_jobs.apply.values import bad_value, typed_value
 
 OPS = ("INSERT", "UPDATE", "DELETE", "READ")
 IMAGES = ("FULL", "PARTIAL")
-ACTIONS = ("UPSERT", "PATCH", "DELETE", "STALE", "DEAD")
 _RAW_COLUMNS = [name for name, _ in CHANGELOG_COLUMNS]
 _REASON_TEXT_LIMIT = 200
 
@@ -106,36 +106,36 @@ def fold_input(plan: TablePlan) -> tuple[str, ...]:
     return FOLD_INPUT + ("keys_json",) + (("column_types_json",) if plan.bad_declarations else ())
 
 
-def parse_changes(rows: DataFrame, plan: TablePlan, carry: Sequence[str] = tuple(_RAW_COLUMNS)) -> DataFrame:
-    """Step 1: the ``carry`` columns plus the key, typed values, touched flags and a row reason.
+def parse_changes(
+    rows: DataFrame, plan: TablePlan, carry: Sequence[str] = tuple(_RAW_COLUMNS), check_values: bool = True
+) -> DataFrame:
+    """Step 1: the ``carry`` columns plus the key, value texts, touched flags and a row reason.
 
     ``keys_json`` and ``new_values_json`` are parsed in ONE ``from_json`` call per row (as one
-    document ``{"k": keys, "v": values, "a": values}``): Spark allocates a new reader for every
-    call, which costs more than the parsing itself. Only rows whose document does not parse
-    are read again, part by part, to tell which part is bad.
+    document ``{"k": keys, "v": values}``): Spark allocates a new reader for every call, which
+    costs more than the parsing itself. Only rows whose document does not parse are read
+    again, part by part, to tell which part is bad.
+
+    Values stay JSON text here; :func:`fold_table` types the folded values only (one per key
+    and column, not one per change). With ``check_values``, every change's values are
+    checked too (for the history, which keeps every change, and for dead-letter reasons).
 
     Rows whose key columns are not the target's get the key ``!<keys_json>``: they fold into
     groups of their own, which are dead-lettered.
 
-    All of it runs before the fold's one shuffle, which then carries only compact typed
-    columns (Spark prunes the raw ones).
+    All of it runs before the fold's one shuffle, which then carries only the columns the
+    fold reads (Spark prunes the others).
     """
     names = fold_columns(plan)
-    arrays = [c for c, t in plan.columns.items() if t.startswith("array<")]
     keys_json, values_json = F.col("keys_json"), F.col("new_values_json")
-    schema = "struct<k: map<string,string>, v: map<string,string>"
+    schema = "struct<k: map<string,string>, v: map<string,string>>"
     parts = [F.lit('{"k":'), F.coalesce(keys_json, F.lit("null")), F.lit(',"v":'), F.coalesce(values_json, F.lit("null"))]
-    if arrays:
-        schema += ", a: struct<" + ", ".join(f"`{c}`: array<string>" for c in arrays) + ">"
-        parts += [F.lit(',"a":'), F.coalesce(values_json, F.lit("null"))]
-    doc = F.from_json(F.concat(*parts, F.lit("}")), schema + ">")
+    doc = F.from_json(F.concat(*parts, F.lit("}")), schema)
     keyed = rows.select(*carry, doc.alias("__doc"))
     whole = F.col("__doc").isNotNull()
     km = F.when(whole, F.col("__doc.k")).otherwise(F.from_json(keys_json, "map<string,string>"))
     vm = F.when(whole, F.col("__doc.v")).otherwise(F.from_json(values_json, "map<string,string>"))
-    keyed = keyed.select(*carry, km.alias("__km"), vm.alias("__vm"), *(
-        [F.when(whole, F.col(f"__doc.a.`{c}`")).alias(f"__a{i}") for i, c in enumerate(arrays)]
-    ))
+    keyed = keyed.select(*carry, km.alias("__km"), vm.alias("__vm"))
     km, vm = F.col("__km"), F.col("__vm")
     expected_keys = sorted(plan.key_names)
     key_names = F.array_sort(F.map_keys(km))
@@ -147,7 +147,6 @@ def parse_changes(rows: DataFrame, plan: TablePlan, carry: Sequence[str] = tuple
     op, image = F.col("op"), F.col("image")
     is_delete = op == "DELETE"
     is_reset = op.isin("INSERT", "READ", "DELETE") | (image == "FULL")
-    elements = {c: F.coalesce(F.col(f"__a{i}"), F.from_json(vm.getItem(c), "array<string>")) for i, c in enumerate(arrays)}
 
     reasons: list[Column] = [
         F.when(
@@ -201,14 +200,9 @@ def parse_changes(rows: DataFrame, plan: TablePlan, carry: Sequence[str] = tuple
                 F.concat(F.lit(f"key column {name!r} value "), _text(raw), F.lit(f" is not a {plan.key_types[name]}")),
             )
         )
-    for name, spark_type in plan.columns.items():
-        raw = vm.getItem(name)
-        reasons.append(
-            F.when(
-                ~is_delete & bad_value(raw, spark_type, elements.get(name)),
-                F.concat(F.lit(f"column {name!r} value "), _text(raw), F.lit(f" is not a {spark_type}")),
-            )
-        )
+    if check_values:
+        for name, spark_type in plan.columns.items():
+            reasons.append(F.when(~is_delete, _value_problem(name, vm.getItem(name), spark_type)))
     parsed = parsed.select(
         *carry,
         "__key",
@@ -220,12 +214,17 @@ def parse_changes(rows: DataFrame, plan: TablePlan, carry: Sequence[str] = tuple
             (is_reset | F.coalesce(F.map_contains_key(vm, name), F.lit(False))).alias(names.values[name][1])
             for name in plan.columns
         ],
-        *[
-            F.when(~is_delete, typed_value(vm.getItem(name), spark_type, elements.get(name))).alias(names.values[name][0])
-            for name, spark_type in plan.columns.items()
-        ],
+        *[F.when(~is_delete, vm.getItem(name)).alias(names.values[name][0]) for name in plan.columns],
     )
     return parsed
+
+
+def _value_problem(name: str, raw: Column, spark_type: str) -> Column:
+    """Why ``raw`` cannot be a value of column ``name`` (NULL when it can)."""
+    return F.when(
+        bad_value(raw, spark_type),
+        F.concat(F.lit(f"column {name!r} value "), _text(raw), F.lit(f" is not a {spark_type}")),
+    )
 
 
 def _group_by_reason(bad: dict[str | None, str]) -> dict[str, list[str | None]]:
@@ -323,6 +322,19 @@ def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
         *[F.col(value).isNotNull().alias(touched) for value, touched in names.values.values()],
         *[F.col(value).getField("v").alias(value) for value, _ in names.values.values()],
     )
+    # Type the folded values (one per key and column) and say why one does not convert.
+    value_problem = F.coalesce(
+        F.lit(None).cast("string"),
+        *[
+            F.when(F.col(touched), _value_problem(name, F.col(value), plan.columns[name]))
+            for name, (value, touched) in names.values.items()
+        ],
+    )
+    folded = folded.select(
+        *[c for c in folded.columns if c not in {v for v, _ in names.values.values()}],
+        *[typed_value(F.col(value), plan.columns[name]).alias(value) for name, (value, _) in names.values.items()],
+        value_problem.alias("__value_problem"),
+    )
 
     clash, reason = F.col("__clash"), F.col("__row_reason")
     in_target = F.col("__in_target")
@@ -339,6 +351,10 @@ def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
         .when(reason.isNotNull(), F.concat(F.lit("a change of this key in the window is bad: "), reason))
         .when(F.col("__seq").isNull(), F.lit(None))
         .when(F.col("__last_op") == "DELETE", F.lit(None))
+        .when(
+            F.col("__value_problem").isNotNull(),
+            F.concat(F.lit("the key's folded row is bad: "), F.col("__value_problem")),
+        )
         .when(
             ~has_reset & ~in_target,
             F.lit(

@@ -3,20 +3,23 @@
 Procedure (:func:`apply_window`):
 
 1. Read the window's changelog rows (``stream``, ``window_id``) and one small aggregate of
-   them: the distinct source tables, column declarations and key-column sets.
+   them: the distinct source tables and column declarations.
 2. Plan each source table (``schema.plan_tables``): its target, key columns, typed columns
    and the declarations whose rows are dead letters.
 3. Per table, find the window's earlier commits (a re-run). A table whose target commit and
    every commit that commit announced are present is done: nothing is recomputed. Otherwise
    the target and tombstones are read *as they were before the window* (the tagged commit's
-   parent, or the current state when untagged), and the table's changes are folded per key
-   (``fold.py``) into a cached frame of one outcome per key.
+   parent, or the current snapshot when untagged; always a fixed snapshot, so nothing
+   computed here changes when this job then commits), and the table's changes are folded per key
+   (``fold.py``) into a checkpointed frame of one outcome per key.
 4. Dead letters of every table are appended in one tagged commit (unless the window's
    commit exists). With ``on_dead_letter = fail`` (the default) the job then stops with
    :class:`DeadLettersError`, before any target changes: the window fails, visibly.
 5. Per table, in this order, each only if the window's commit is not there yet: create or
    evolve the tables, MERGE the target, MERGE the tombstones (with the purge), MERGE the
-   history. A crash between any two commits is repaired by running the window again: the
+   history. A target without rows yet is appended to instead of merged (its first window,
+   often an initial snapshot, is the largest). A crash between any two commits is repaired
+   by running the window again: the
    re-run recomputes the same outcome from the same pre-window state and makes only the
    missing commits, so the tables end as after one clean run (I1).
 
@@ -31,7 +34,6 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
-from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -127,7 +129,6 @@ class _TableWork:
     purge_due: bool = False
     deletes_in_target: int = 0
     revives: int = 0
-    cached: list[DataFrame] = field(default_factory=list)
 
 
 def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]) -> ApplyResult:
@@ -153,28 +154,23 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
         dead_letter_table=config.dead_letter_table.qualified,
     )
     works: list[_TableWork] = []
-    try:
-        for plan in plans:
-            work = _fold(spark, config, plan, rows)
-            works.append(work)
-            result.tables.append(work.result)
-        _commit_dead_letters(spark, config, works, result)
-        if result.dead_letter_rows and config.on_dead_letter == "fail":
-            result.status = "failed"
-            raise DeadLettersError(
-                f"window {config.window_id!r} of stream {config.stream!r} has "
-                f"{result.dead_letter_rows} dead-lettered change row(s) (see "
-                f"{config.dead_letter_table}, column reason); policy on_dead_letter='fail' "
-                f"stops it before any target changes. Fix the cause, or set "
-                f"policies.on_dead_letter='continue' to apply the rest, and run the window again",
-                result,
-            )
-        for work in works:
-            _commit_table(spark, config, work)
-    finally:
-        for work in works:
-            for frame in work.cached:
-                frame.unpersist()
+    for plan in plans:
+        work = _fold(spark, config, plan, rows)
+        works.append(work)
+        result.tables.append(work.result)
+    _commit_dead_letters(spark, config, works, result)
+    if result.dead_letter_rows and config.on_dead_letter == "fail":
+        result.status = "failed"
+        raise DeadLettersError(
+            f"window {config.window_id!r} of stream {config.stream!r} has "
+            f"{result.dead_letter_rows} dead-lettered change row(s) (see "
+            f"{config.dead_letter_table}, column reason); policy on_dead_letter='fail' "
+            f"stops it before any target changes. Fix the cause, or set "
+            f"policies.on_dead_letter='continue' to apply the rest, and run the window again",
+            result,
+        )
+    for work in works:
+        _commit_table(spark, config, work)
     return result
 
 
@@ -258,13 +254,13 @@ def _fold(spark: SparkSession, config: ApplyConfig, plan: TablePlan, rows: DataF
 
     target_before = table_before(spark, plan.target.qualified, work.commits["target"])
     tombstones_before = table_before(spark, plan.tombstones.qualified, work.commits["tombstones"])
-    parsed = parse_changes(table_rows, plan, carry=fold_input(plan))
+    parsed = parse_changes(table_rows, plan, carry=fold_input(plan), check_values=plan.history)
     changes = ordered_changes(parsed, guard_frame(plan, target_before, tombstones_before))
-    if plan.history:
-        changes = changes.persist(StorageLevel.MEMORY_AND_DISK)
-        work.cached.append(changes)
+    if plan.history:  # the history reads every change again; computed once, here
+        changes = changes.localCheckpoint(eager=True)
     # Checkpointed, not only cached: the MERGEs below embed this frame in plans Iceberg
-    # rewrites, where a cache is not always recognised; a checkpoint is never recomputed.
+    # rewrites, where a cache is not always recognised, and a cache is dropped when a table
+    # it read is written; a checkpoint is never recomputed.
     folded = fold_table(changes, plan).localCheckpoint(eager=True)
     work.folded, work.changes, work.target_before = folded, changes, target_before
 
@@ -297,9 +293,10 @@ def _fold(spark: SparkSession, config: ApplyConfig, plan: TablePlan, rows: DataF
             work.revives += keys
     if result.dead_letter_rows:
         work.dead_letters = dead_letter_rows(parse_changes(table_rows, plan), folded)
-    work.purge_due = tombstones_before is not None and bool(
-        tombstones_before.where(F.col("_cdc_commit_ts") < F.lit(config.tombstone_cutoff)).limit(1).count()
-    )
+    if not (result.deletes or work.revives):  # else the tombstone MERGE runs anyway, purging too
+        work.purge_due = tombstones_before is not None and bool(
+            tombstones_before.where(F.col("_cdc_commit_ts") < F.lit(config.tombstone_cutoff)).limit(1).count()
+        )
     return work
 
 

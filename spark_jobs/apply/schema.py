@@ -207,6 +207,10 @@ def _plan_table(
         reason = _apply_declaration(plan, declaration.column_types_json)
         if reason:
             plan.bad_declarations[declaration.column_types_json] = reason
+    array_keys = [k for k in plan.key_names if plan.key_types.get(k, "").startswith("array<")]
+    if array_keys:
+        plan.reason = f"key column(s) {array_keys} of {source_table!r} are arrays: a key must be a scalar"
+        return plan
     missing_key_types = [k for k in plan.key_names if k not in plan.key_types]
     if missing_key_types:
         plan.reason = (

@@ -27,6 +27,7 @@ from airflow_cdc.model import format_ts
 from spark_jobs.apply.commits import append_tagged, sql_tagged
 from spark_jobs.apply.fold import fold_columns, key_columns, key_text
 from spark_jobs.apply.schema import TablePlan
+from spark_jobs.apply.values import typed_value
 
 
 def _q(name: str) -> str:
@@ -166,7 +167,8 @@ def history_source(
     values = []
     for name, (value, touched) in names.values.items():
         latest = F.last(F.when(F.col(touched), F.struct(F.col(value).alias("v"))), ignorenulls=True).over(so_far)
-        values.append(F.when(latest.isNull(), F.col(f"__b{value}")).otherwise(latest.getField("v")).alias(name))
+        typed = typed_value(latest.getField("v"), plan.columns[name])
+        values.append(F.when(latest.isNull(), F.col(f"__b{value}")).otherwise(typed).alias(name))
     versions = live.select(
         *_key_columns(plan),
         *values,

@@ -19,7 +19,7 @@ TYPES = {"id": "INT64", "v": "STRING", "n": "INT64"}
 TABLES = ("Items", "Items__tombstones", "Items__history")
 
 
-def history(win_hours=None) -> Changes:
+def history() -> Changes:
     items = Changes("Items", TYPES)
     for key in (1, 2, 3):
         items.add(W0, "INSERT", key, {"v": f"a{key}", "n": key}, when=at(0, key))
@@ -33,10 +33,7 @@ def history(win_hours=None) -> Changes:
 
 
 def contents(lake: Lake) -> dict:
-    return {
-        table: lake.rows(table, order_by="id,_cdc_seq")
-        for table in TABLES
-    }
+    return {table: lake.rows(table, order_by="id,_cdc_seq") for table in TABLES}
 
 
 @pytest.fixture(scope="module")
