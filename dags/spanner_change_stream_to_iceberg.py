@@ -3,7 +3,12 @@
 Every run reads the change stream's partitions for its data interval in parallel on Spark,
 appends the changes to the stream's Iceberg changelog (``cdc.<stream>_changelog``), applies
 them to current-state tables in the ``current`` namespace, and opens its gate only when
-heartbeats prove the window complete. ``report`` runs after the gate.
+heartbeats prove the window complete. ``report`` runs after the gate; the gate also emits an
+Asset event per table (``dags/cdc_asset_consumer.py`` is scheduled on them).
+
+``CDC_DEFERRABLE=true`` makes the gate wait in the triggerer (unset: Airflow's
+``[operators] default_deferrable``). ``CDC_SPANNER_TABLES`` lists the stream's tables, which
+become the pipeline's Assets (the emulator's tables by default).
 
 Point it at your database with the CDC_SPANNER_* variables (or edit the constants); with
 ``SPANNER_EMULATOR_HOST`` set it reads the local emulator (``python -m
@@ -26,6 +31,8 @@ DATABASE = os.environ.get("CDC_SPANNER_DATABASE", "shop")
 CHANGE_STREAM = os.environ.get("CDC_SPANNER_STREAM", "AllChanges")
 START = datetime.fromisoformat(os.environ.get("CDC_START", "2025-01-06T08:00:00+00:00"))
 WINDOW_MINUTES = int(os.environ.get("CDC_WINDOW_MINUTES", "30"))
+TABLES = [t for t in os.environ.get("CDC_SPANNER_TABLES", "Accounts,Orders,Documents").split(",") if t]
+DEFERRABLE = {"true": True, "false": False}.get(os.environ.get("CDC_DEFERRABLE", "").lower())
 
 with DAG(
     dag_id="spanner_change_stream_to_iceberg",
@@ -46,7 +53,9 @@ with DAG(
         change_stream=CHANGE_STREAM,
         heartbeat_milliseconds=10_000,
         targets={"namespace": "current"},
+        source_tables=TABLES,
         gate_poke_interval=5,
+        deferrable=DEFERRABLE,
     )
 
     @task

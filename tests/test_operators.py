@@ -63,3 +63,49 @@ def test_a_secret_in_the_source_spec_is_refused():
 
     with pytest.raises(ValueError, match=r"holds secrets at \['connection.access_token'\]"):
         StreamConfig("orders", "spanner_change_stream", {"connection": {"access_token": "ya29"}})
+
+
+def lineage_pipeline():
+    from airflow.sdk import DAG
+    from airflow.timetables.interval import CronDataIntervalTimetable
+
+    from airflow_cdc.operators.pipeline import SpannerChangeStreamPipeline
+    from airflow_cdc.spark.iceberg import IcebergCatalog
+
+    catalog = IcebergCatalog(name="lake", warehouse="gs://lakehouse/wh")
+    with DAG("lineage", schedule=CronDataIntervalTimetable("@hourly", timezone="UTC"),
+             start_date=T) as dag:
+        SpannerChangeStreamPipeline(
+            group_id="g", project_id="shop-prod", instance_id="main", database_id="shop",
+            change_stream="Orders", catalog=catalog, source_tables=["Orders"],
+            targets={"namespace": "current", "mapping": {"Customers": "crm.customers"}},
+        )
+    return dag
+
+
+def test_extract_lineage_reads_the_change_stream_and_writes_the_changelog():
+    lineage = lineage_pipeline().get_task("g.extract").get_openlineage_facets_on_complete(None)
+    assert [(d.namespace, d.name) for d in lineage.inputs] == [
+        ("spanner://shop-prod/main", "shop.Orders")
+    ]
+    assert [(d.namespace, d.name) for d in lineage.outputs] == [
+        ("gs://lakehouse", "wh/cdc/orders_changelog")
+    ]
+
+
+def test_apply_lineage_reads_the_changelog_and_writes_the_applied_targets():
+    apply = lineage_pipeline().get_task("g.apply")
+    apply._applied_tables = ["lake.current.Orders", "lake.crm.customers"]
+    lineage = apply.get_openlineage_facets_on_complete(None)
+    assert [d.name for d in lineage.inputs] == ["wh/cdc/orders_changelog"]
+    assert [d.name for d in lineage.outputs] == ["wh/current/Orders", "wh/crm/customers"]
+
+
+def test_gate_outlets_are_the_changelog_and_target_assets_named_by_catalog():
+    gate = lineage_pipeline().get_task("g.gate")
+    assert [(a.name, a.uri) for a in gate.outlets] == [
+        ("lake.cdc.orders_changelog", "iceberg://lake/cdc/orders_changelog"),
+        ("lake.current.Orders", "iceberg://lake/current/Orders"),
+        ("lake.crm.customers", "iceberg://lake/crm/customers"),
+    ]
+

@@ -69,9 +69,22 @@ def SpannerChangeStreamPipeline(  # noqa: N802 - a factory named like the group 
     gate_poke_interval: float = 30,
     gate_timeout: float = 6 * 3600,
     dag=None,
+    deferrable: bool | None = None,
+    source_tables: Sequence[str] | None = None,
+    gate_soft_fail: bool = False,
 ) -> TaskGroup:
-    """One Spanner change stream into Iceberg: plan >> extract >> commit >> apply >> gate."""
+    """One Spanner change stream into Iceberg: plan >> extract >> commit >> apply >> gate.
+
+    ``deferrable`` (default: ``[operators] default_deferrable``) makes the gate wait in the
+    triggerer instead of a worker slot. The gate's outlets are Airflow Assets for the
+    stream's changelog and for the target of every table in ``source_tables`` and
+    ``targets["mapping"]`` (see :func:`airflow_cdc.lineage.pipeline_assets`); each window
+    that completes emits one event per asset, with the window's bounds, low watermark,
+    counts and snapshot ids as extra.
+    """
     from airflow.sdk.definitions._internal.contextmanager import DagContext
+
+    from airflow_cdc.lineage import pipeline_assets
 
     refuse_zero_width_schedule(dag or DagContext.get_current())
     stream = spanner_stream_config(
@@ -117,6 +130,14 @@ def SpannerChangeStreamPipeline(  # noqa: N802 - a factory named like the group 
             cdc_state_conn_id=cdc_state_conn_id,
             poke_interval=gate_poke_interval,
             timeout=gate_timeout,
+            soft_fail=gate_soft_fail,
+            deferrable=deferrable,
+            outlets=pipeline_assets(
+                catalog=catalog,
+                changelog_table=stream.changelog_table,
+                targets=targets,
+                source_tables=source_tables,
+            ),
         )
         plan >> extract >> commit >> apply >> gate
     return group

@@ -99,6 +99,11 @@ class SpannerChangeStreamExtractOperator(CdcExtractOperator):
         self.impersonation_chain = impersonation_chain
         self.pass_credentials = pass_credentials
 
+    def source_datasets(self) -> list:
+        from airflow_cdc.lineage import spanner_change_stream_dataset
+
+        return [spanner_change_stream_dataset(self.stream.source_spec)]
+
     def source_overrides(self, context) -> dict:
         from airflow_cdc.hooks.spanner import SpannerChangeStreamHook
 

@@ -52,6 +52,26 @@ def run_owner(context: Mapping[str, Any]) -> str:
     return f"{context['dag'].dag_id}/{context['run_id']}"
 
 
+def mirror_task_progress(context: Mapping[str, Any], step: str, progress: Mapping) -> None:
+    """Airflow >= 3.3: the step's window progress in ``task_state_store`` (key ``cdc_<step>``).
+
+    A mirror for the UI and API only: the state store stays authoritative (task state is
+    per task instance and may expire), so a failure to write it is logged, not raised.
+    """
+    store = context.get("task_state_store")
+    if store is None:
+        return
+    value = json.loads(json.dumps(dict(progress), default=str))
+    try:
+        store.set(f"cdc_{step}", value)
+    except Exception as error:  # a mirror: never fail a data step for it
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "could not mirror %s progress into task_state_store: %s", step, error
+        )
+
+
 class CdcWindowOperator(BaseOperator):
     """Base of the protocol's operators: stream, state store, catalog, work folder."""
 
@@ -128,6 +148,23 @@ class CdcSparkOperator(CdcWindowOperator):
         if self._runner is not None:
             self._runner.kill()
 
+    def job_conf(self, context) -> dict:
+        """``spark_conf`` plus the OpenLineage parent-job properties of this task."""
+        from airflow_cdc.lineage import inject_parent_job
+
+        conf = inject_parent_job(self.spark_conf, context)
+        if "spark.openlineage.parentJobName" in conf:
+            self.log.info(
+                "Spark job's OpenLineage parent job: %s (run %s)",
+                conf["spark.openlineage.parentJobName"], conf.get("spark.openlineage.parentRunId"),
+            )
+        return conf
+
+    def changelog_dataset(self):
+        from airflow_cdc.lineage import iceberg_datasets
+
+        return iceberg_datasets(self.iceberg_catalog, [self.stream_config.changelog_table])
+
 
 class CdcExtractOperator(CdcSparkOperator):
     """Step 2: the extract Spark job reads the planned partitions into the changelog."""
@@ -135,6 +172,16 @@ class CdcExtractOperator(CdcSparkOperator):
     def source_overrides(self, context) -> dict:
         """Short-lived secrets the job needs (written to a 0600 file, removed afterwards)."""
         return {}
+
+    def source_datasets(self) -> list:
+        """OpenLineage inputs: the source stream, tables or objects (sources override this)."""
+        return []
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        """Lineage: the source stream in, the stream's Iceberg changelog out."""
+        from airflow_cdc.lineage import operator_lineage
+
+        return operator_lineage(self.source_datasets(), self.changelog_dataset())
 
     def execute(self, context) -> dict:
         from airflow_cdc.pipeline.files import write_private
@@ -169,7 +216,7 @@ class CdcExtractOperator(CdcSparkOperator):
             self.iceberg_catalog,
             args,
             name=f"cdc-extract-{window.stream_id}-{format_ts(window.start)}",
-            conf=self.spark_conf,
+            conf=self.job_conf(context),
         )
         try:
             self.run_job(spec)
@@ -182,12 +229,14 @@ class CdcExtractOperator(CdcSparkOperator):
                 f"snapshot (expired?): the outcome cannot be proven; reset the stream"
             )
         store.mark_extracted(window, owner, int(result["snapshot_id"]))
-        return {
+        summary = {
             "window_id": window.window_id,
             "changelog_snapshot_id": int(result["snapshot_id"]),
             "skipped": bool(result.get("skipped")),
             **result.get("counts", {}),
         }
+        mirror_task_progress(context, "extract", summary)
+        return summary
 
 
 class CdcCommitWindowOperator(CdcWindowOperator):
@@ -195,10 +244,26 @@ class CdcCommitWindowOperator(CdcWindowOperator):
 
     def execute(self, context) -> dict:
         window = self.window(context)
-        record = commit_window(
-            self.state_store(), self.stream_config, window, run_owner(context)
+        store = self.state_store()
+        record = commit_window(store, self.stream_config, window, run_owner(context))
+        log_partition_progress(self.log, store, window)
+        summary = window_summary(record)
+        mirror_task_progress(context, "commit", summary)
+        return summary
+
+
+def log_partition_progress(log, store, window: Window) -> None:
+    """One line per partition the window read: records, watermark, lag behind the window end."""
+    rows = store.window_partitions(window)
+    log.info("window %s read %d partition(s):", window.window_id, len(rows))
+    for row in sorted(rows, key=lambda r: (r.watermark or r.start, r.partition_id)):
+        watermark = row.watermark or row.start
+        lag = max(0.0, (window.end - watermark).total_seconds())
+        log.info(
+            "  partition %s: %s records, watermark %s, lag %.3fs%s",
+            row.partition_id[:48], row.records if row.records is not None else "?",
+            format_ts(watermark), lag, ", finished" if row.finished else "",
         )
-        return window_summary(record)
 
 
 def window_summary(record) -> dict:
@@ -211,7 +276,10 @@ def window_summary(record) -> dict:
         "state": str(getattr(record.state, "value", record.state)),
         "partitions": counts.get("partitions"),
         "children": counts.get("children"),
+        "finished": counts.get("finished"),
+        "records": counts.get("records"),
         "changes": counts.get("changes"),
+        "transactions": counts.get("transactions"),
         "low_watermark": format_ts(record.low_watermark) if record.low_watermark else None,
         "changelog_snapshot_id": record.changelog_snapshot_id,
         "target_snapshot_ids": dict(record.target_snapshot_ids or {}),
@@ -239,6 +307,7 @@ class CdcApplyOperator(CdcSparkOperator):
         self.targets = dict(targets or {})
         self.on_dead_letter = on_dead_letter
         self.tombstone_horizon_seconds = int(tombstone_horizon_seconds)
+        self._applied_tables: list[str] = []
 
     def apply_config(self, window: Window) -> dict:
         config = self.stream_config
@@ -285,7 +354,7 @@ class CdcApplyOperator(CdcSparkOperator):
             self.iceberg_catalog,
             ["--job-config", str(config_path), "--result", str(result_path)],
             name=f"cdc-apply-{window.stream_id}-{format_ts(window.start)}",
-            conf=self.spark_conf,
+            conf=self.job_conf(context),
         )
         try:
             self.run_job(spec)
@@ -306,7 +375,8 @@ class CdcApplyOperator(CdcSparkOperator):
             if table.get("target_table") and table.get("target_snapshot_id") is not None
         }
         record = store.mark_applied(window, owner, snapshot_ids)
-        return {
+        self._applied_tables = sorted(snapshot_ids)
+        summary = {
             **window_summary(record),
             "dead_letter_rows": result.get("dead_letter_rows", 0),
             "tables": {
@@ -315,3 +385,21 @@ class CdcApplyOperator(CdcSparkOperator):
                 if t.get("source_table")
             },
         }
+        mirror_task_progress(context, "apply", summary)
+        return summary
+
+    def get_openlineage_facets_on_complete(self, task_instance):
+        """Lineage: the changelog in, the target tables apply committed out.
+
+        Targets are known once apply ran (a change stream may cover any table); before that,
+        or for a skipped re-run, the declared ``targets.mapping`` is all there is.
+        """
+        from airflow_cdc.lineage import iceberg_datasets, operator_lineage, target_tables
+
+        tables = self._applied_tables or [
+            f"{ns}.{name}" for ns, name in target_tables(self.targets, None)
+        ]
+        outputs = iceberg_datasets(
+            self.iceberg_catalog, tables, self.targets.get("namespace", "current")
+        )
+        return operator_lineage(self.changelog_dataset(), outputs)

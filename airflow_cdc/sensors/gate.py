@@ -3,17 +3,63 @@
 It waits until apply committed and every partition live in the window reported progress at
 or beyond the window end (heartbeats, records, or a bounded read that returned normally).
 While closed, it logs why: which partitions hold the low watermark back, and since when.
+
+Two ways to wait, one rule (:func:`airflow_cdc.pipeline.protocol.gate_status`):
+
+* poke mode (the default unless ``[operators] default_deferrable`` is on): the worker slot
+  polls every ``poke_interval``;
+* ``deferrable=True``: the task defers to :class:`CdcWindowCompleteTrigger`, which polls in
+  the triggerer and frees the worker slot. ``timeout`` and ``soft_fail`` behave as in Airflow's
+  own sensors: a timeout fails the task with AirflowSensorTimeout (skips it with soft_fail),
+  naming the partitions that held the window back.
+
+When the gate opens it marks the window COMPLETE, pushes the window summary to XCom
+(``window_summary``), and sets the extra of the asset events of its outlets (the pipeline's
+Iceberg tables). On Airflow >= 3.3 it also mirrors the low watermark into each outlet's
+``asset_state_store`` and the window's progress into ``task_state_store``.
 """
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from airflow.providers.common.compat.sdk import BaseSensorOperator
+from airflow.providers.common.compat.sdk import (
+    AirflowException,
+    AirflowSensorTimeout,
+    BaseSensorOperator,
+    conf,
+)
 
 from airflow_cdc.hooks.state import DEFAULT_CONN_ID, CdcStateHook
-from airflow_cdc.operators.window import window_from_context, window_summary
+from airflow_cdc.operators.window import (
+    mirror_task_progress,
+    window_from_context,
+    window_summary,
+)
 from airflow_cdc.pipeline.protocol import gate_status
+
+# The deferral's own timeout is a backstop behind the trigger's deadline: the trigger fires
+# first and names the lagging partitions; Airflow's timeout only catches a lost triggerer.
+_DEFERRAL_BACKSTOP = timedelta(minutes=5)
+
+
+def default_deferrable() -> bool:
+    """``[operators] default_deferrable`` (False when unset), read when a task is built."""
+    return conf.getboolean("operators", "default_deferrable", fallback=False)
+
+
+def asset_event_extra(summary: dict) -> dict:
+    """The extra of the gate's asset events: what a downstream consumer needs of the window."""
+    return {
+        "stream": summary["stream"],
+        "window_start": summary["window_start"],
+        "window_end": summary["window_end"],
+        "low_watermark": summary["low_watermark"],
+        "changes": summary["changes"],
+        "changelog_snapshot_id": summary["changelog_snapshot_id"],
+        "target_snapshot_ids": dict(summary["target_snapshot_ids"]),
+    }
 
 
 class CdcWindowCompleteSensor(BaseSensorOperator):
@@ -26,6 +72,7 @@ class CdcWindowCompleteSensor(BaseSensorOperator):
         *,
         stream_id: str,
         cdc_state_conn_id: str = DEFAULT_CONN_ID,
+        deferrable: bool | None = None,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("poke_interval", 30)
@@ -33,7 +80,20 @@ class CdcWindowCompleteSensor(BaseSensorOperator):
         super().__init__(**kwargs)
         self.stream_id = stream_id
         self.cdc_state_conn_id = cdc_state_conn_id
+        self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
         self._last_reason: str | None = None
+
+    # --- poke mode ----------------------------------------------------------------------------
+    def execute(self, context) -> Any:
+        if not self.deferrable:
+            try:
+                return super().execute(context)
+            except AirflowSensorTimeout as error:
+                raise AirflowSensorTimeout(
+                    f"{error}\nwindow of stream {self.stream_id!r} stayed closed: "
+                    f"{self._last_reason}"
+                ) from error
+        self._defer(context)
 
     def poke(self, context) -> bool:
         store = CdcStateHook(cdc_state_conn_id=self.cdc_state_conn_id).get_store()
@@ -44,7 +104,111 @@ class CdcWindowCompleteSensor(BaseSensorOperator):
                 self.log.info("window %s stays closed: %s", window.window_id, status.reason)
                 self._last_reason = status.reason
             return False
-        record = store.mark_complete(window, completeness_note=status.reason)
-        context["ti"].xcom_push(key="window_summary", value=window_summary(record))
-        self.log.info("window %s is complete: %s", window.window_id, status.reason)
+        self._complete(context, store, window, status.reason)
         return True
+
+    # --- deferred mode ------------------------------------------------------------------------
+    def _defer(self, context) -> None:
+        from airflow_cdc.model import format_ts
+        from airflow_cdc.triggers.gate import CdcWindowCompleteTrigger
+
+        window = window_from_context(self.stream_id, context)
+        deadline = datetime.now(timezone.utc) + timedelta(seconds=self.timeout)
+        self.log.info(
+            "deferring the gate of window %s to the triggerer (poll every %ss, until %s)",
+            window.window_id, self.poke_interval, format_ts(deadline),
+        )
+        self.defer(
+            trigger=CdcWindowCompleteTrigger(
+                stream_id=self.stream_id,
+                window_start=format_ts(window.start),
+                window_end=format_ts(window.end),
+                cdc_state_conn_id=self.cdc_state_conn_id,
+                poll_interval=self.poke_interval,
+                deadline=format_ts(deadline),
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout) + _DEFERRAL_BACKSTOP,
+        )
+
+    def execute_complete(self, context, event: dict | None = None) -> None:
+        """Resume after the trigger fired: open, timed out, or could not read the store."""
+        from airflow_cdc.triggers.gate import describe_lagging
+
+        event = event or {}
+        status = event.get("status")
+        window = window_from_context(self.stream_id, context)
+        if status == "timeout":
+            # AirflowSensorTimeout: resume_execution turns it into a skip under soft_fail.
+            more = event.get("lagging_count", 0) - len(event.get("lagging", []))
+            raise AirflowSensorTimeout(
+                f"window {window.window_id} of {self.stream_id!r} stayed closed for the "
+                f"sensor's timeout of {self.timeout}s: {event.get('reason')}\n"
+                f"{describe_lagging(event.get('lagging', []))}"
+                + (f"\n  ... and {more} more" if more > 0 else "")
+                + "\nFix the source or raise the gate's timeout; the window is not skipped."
+            )
+        if status != "open":
+            raise AirflowException(
+                event.get("message")
+                or f"gate of window {window.window_id} resumed with an unknown event {event!r}"
+            )
+        store = CdcStateHook(cdc_state_conn_id=self.cdc_state_conn_id).get_store()
+        # The trigger saw the gate open; the rule is checked again here, where the window is
+        # marked COMPLETE, so a trigger that fired twice or late cannot complete a window the
+        # state store no longer proves complete.
+        gate = gate_status(store, window)
+        if not gate.open:
+            raise AirflowException(
+                f"window {window.window_id}: the trigger reported it complete but the state "
+                f"store now says: {gate.reason}. Clear the gate task to wait again."
+            )
+        self._complete(context, store, window, gate.reason, polls=event.get("polls"))
+
+    # --- both ---------------------------------------------------------------------------------
+    def _complete(self, context, store, window, reason: str, polls: int | None = None) -> dict:
+        record = store.mark_complete(window, completeness_note=reason)
+        summary = window_summary(record)
+        context["ti"].xcom_push(key="window_summary", value=summary)
+        extra = asset_event_extra(summary)
+        outlet_events = context.get("outlet_events")
+        for asset in self.asset_outlets:
+            if outlet_events is not None:
+                outlet_events[asset].extra = dict(extra)
+        mirror_task_progress(context, "gate", {**summary, "deferred_polls": polls})
+        mirror_asset_watermark(context, self.asset_outlets, summary, log=self.log)
+        self.log.info("window %s is complete: %s", window.window_id, reason)
+        return summary
+
+    @property
+    def asset_outlets(self) -> list:
+        from airflow.sdk import Asset
+
+        return [outlet for outlet in (self.outlets or []) if isinstance(outlet, Asset)]
+
+
+def mirror_asset_watermark(context, assets, summary: dict, log=None) -> None:
+    """Airflow >= 3.3: each asset's state store shows how far its stream is complete.
+
+    A mirror for visibility only (the state store stays authoritative), so a failure to
+    write it is logged, not raised.
+    """
+    accessors = context.get("asset_state_store")
+    if accessors is None or not summary.get("low_watermark"):
+        return
+    for asset in assets:
+        try:
+            accessor = accessors[asset]
+            accessor.set("low_watermark", summary["low_watermark"])
+            accessor.set(
+                "last_window",
+                {
+                    "stream": summary["stream"],
+                    "window_start": summary["window_start"],
+                    "window_end": summary["window_end"],
+                },
+            )
+        except Exception as error:  # a mirror: never fail the gate for it
+            if log is not None:
+                log.warning("could not mirror the low watermark into asset %s: %s",
+                            asset.name, error)

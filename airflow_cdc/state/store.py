@@ -230,8 +230,15 @@ class StateStore:
         owner: str,
         lease_seconds: float,
         initial_positions: Iterable[PartitionPosition] = (),
+        new_partitions: Iterable[PartitionPosition] = (),
     ) -> WindowPlan:
         """Open ``window`` for ``owner`` and return the partition positions it reads.
+
+        ``new_partitions`` are partitions a source discovered since the last window (file
+        sources: one partition per event file). When the window is opened they are created
+        READY in the same transaction, unless the stream already knows their id (in any state,
+        so a consumed file is never read twice), and the window reads them. They are ignored
+        when the window was planned before: a re-run reads exactly the recorded partitions.
 
         The stream's first window creates its partitions from ``initial_positions`` (ignored
         for later windows). A later window must start where the stream's latest window ends,
@@ -248,12 +255,14 @@ class StateStore:
         lease = _require_lease_seconds(lease_seconds)
         positions = tuple(initial_positions)
         _check_initial_positions(window, positions)
+        discovered = tuple(new_partitions)
+        _check_initial_positions(window, discovered)
 
         def run(conn: Connection, now: datetime) -> WindowPlan:
             self._lock_stream(conn, window.stream_id)
             row = _window_row(conn, window.stream_id, window.start)
             if row is None:
-                self._open_window(conn, window, owner, now + lease, positions, now)
+                self._open_window(conn, window, owner, now + lease, positions, now, discovered)
             else:
                 self._reopen_window(conn, row, window, owner, now + lease, now)
             record = _window_record(_window_row(conn, window.stream_id, window.start))
@@ -635,6 +644,7 @@ class StateStore:
         lease_expires_at: datetime,
         initial_positions: tuple[PartitionPosition, ...],
         now: datetime,
+        new_partitions: tuple[PartitionPosition, ...] = (),
     ) -> None:
         latest = conn.execute(
             select(windows)
@@ -642,27 +652,37 @@ class StateStore:
             .order_by(windows.c.window_start.desc())
             .limit(1)
         ).first()
-        if latest is None:
-            positions = sorted(initial_positions, key=lambda p: p.partition_id)
-            for position in positions:
-                conn.execute(
-                    insert(partitions).values(
-                        stream_id=window.stream_id,
-                        partition_id=position.partition_id,
-                        parent_ids=dumps(list(position.parent_ids)),
-                        reported_by=dumps(sorted(position.parent_ids)),
-                        resume_position=position.resume_position,
-                        start_ts=position.start,
-                        watermark=position.start,
-                        watermark_since=now,
-                        state=PartitionState.READY.value,
-                        created_window=window.start,
-                        finished_window=None,
-                        updated_at=now,
-                    )
-                )
-        else:
+        if latest is not None:
             _require_follows(conn, window, latest)
+        known = set(
+            conn.execute(
+                select(partitions.c.partition_id).where(partitions.c.stream_id == window.stream_id)
+            ).scalars()
+        )
+        created = list(initial_positions) if latest is None else []
+        created_ids = {p.partition_id for p in created}
+        created += [
+            p for p in new_partitions if p.partition_id not in known | created_ids
+        ]
+        positions = sorted(created, key=lambda p: p.partition_id)
+        for position in positions:
+            conn.execute(
+                insert(partitions).values(
+                    stream_id=window.stream_id,
+                    partition_id=position.partition_id,
+                    parent_ids=dumps(list(position.parent_ids)),
+                    reported_by=dumps(sorted(position.parent_ids)),
+                    resume_position=position.resume_position,
+                    start_ts=position.start,
+                    watermark=position.start,
+                    watermark_since=now,
+                    state=PartitionState.READY.value,
+                    created_window=window.start,
+                    finished_window=None,
+                    updated_at=now,
+                )
+            )
+        if latest is not None:
             readable = conn.execute(
                 select(partitions)
                 .where(partitions.c.stream_id == window.stream_id)

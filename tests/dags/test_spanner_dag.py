@@ -1,13 +1,20 @@
 """The example Spanner DAG through real Airflow (dag.test), Spark (spark-submit) and Iceberg.
 
-One module-scoped replay runs every 10-minute window of a 30-minute emulated history; the
-tests then read what it left: targets against the true state, the XCom summary, the state
-store, and a cleared-and-re-run middle window (I1).
+One module-scoped replay runs every 10-minute window of a 30-minute emulated history with a
+deferrable gate (dag.test runs its trigger inline); the tests then read what it left: targets
+against the true state, the XCom summary, the state store, the deferrals and Asset events
+Airflow recorded, the captured task output, and a cleared-and-re-run middle window (I1).
+
+The state store is reached through a ``cdc_state`` connection holding a canary password, so
+the credential scan has a real secret to look for.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import sys
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
@@ -17,6 +24,30 @@ from airflow_cdc.model import WindowState
 
 WINDOW = timedelta(minutes=10)
 DAG_ID = "spanner_change_stream_to_iceberg"
+GATE = "all_changes.gate"
+CANARY = "canary-s3cr3t-7f3a9"
+TABLES = ("Accounts", "Orders", "Documents")
+
+
+@contextmanager
+def captured_output(path: Path):
+    """Everything written to stdout/stderr (Python objects and file descriptors) into ``path``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved_fds = os.dup(1), os.dup(2)
+    saved_streams = sys.stdout, sys.stderr
+    with open(path, "w", buffering=1) as sink:
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        sys.stdout = sys.stderr = sink
+        try:
+            yield
+        finally:
+            sys.stdout, sys.stderr = saved_streams
+            os.dup2(saved_fds[0], 1)
+            os.dup2(saved_fds[1], 2)
+            os.close(saved_fds[0])
+            os.close(saved_fds[1])
 
 
 @pytest.fixture(scope="module")
@@ -39,16 +70,48 @@ def replay(airflow_db, tmp_path_factory):
             "CDC_WINDOW_MINUTES": "10",
             "CDC_START": history.created_at.isoformat(),
             "CDC_SPANNER_STREAM": history.stream_name,
+            "CDC_SPANNER_TABLES": ",".join(TABLES),
+            "CDC_DEFERRABLE": "true",
+            # The state store through a connection whose password is a canary: it must never
+            # show up in task output, XCom or Asset extras.
+            "AIRFLOW_CONN_CDC_STATE_DEFAULT": json.dumps(
+                {
+                    "conn_type": "cdc_state",
+                    "login": "cdc",
+                    "password": CANARY,
+                    "extra": {"path": str(base / "cdc_state.db"), "token": CANARY},
+                }
+            ),
         }
     )
     with SpannerChangeStreamEmulator(history) as emulator:
         os.environ["SPANNER_EMULATOR_HOST"] = emulator.emulator_host
         dag = DagBag(str(Path(__file__).resolve().parents[2] / "dags")).get_dag(DAG_ID)
         ends = [history.created_at + WINDOW * i for i in (1, 2, 3)]
-        runs = {end: dag.test(logical_date=end) for end in ends}
-        yield {"history": history, "dag": dag, "runs": runs, "ends": ends, "base": base}
+        output = base / "replay-output.log"
+        with captured_output(output):
+            runs = {}
+            for end in ends:
+                runs[end] = dag.test(logical_date=end)
+                # New DAGs start paused (read when Airflow is imported): the first run
+                # registered the consumer, so the later windows' events queue it.
+                unpause("cdc_asset_consumer")
+        yield {
+            "history": history, "dag": dag, "runs": runs, "ends": ends, "base": base,
+            "output": output.read_text(),
+        }
     os.environ.clear()
     os.environ.update(saved)
+
+
+def unpause(dag_id: str) -> None:
+    """Unpause a DAG an earlier test may have registered (paused, as new DAGs are)."""
+    from airflow.models.dag import DagModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import update
+
+    with create_session() as session:
+        session.execute(update(DagModel).where(DagModel.dag_id == dag_id).values(is_paused=False))
 
 
 def store():
@@ -131,3 +194,108 @@ def test_clearing_and_rerunning_a_middle_window_changes_nothing(replay):
     assert [(p.partition_id, p.state, p.watermark) for p in store().list_partitions("allchanges")] == [
         (p.partition_id, p.state, p.watermark) for p in partitions_before
     ]
+
+
+def audit_events(run, task_id: str) -> list[str]:
+    """A task's state changes as Airflow's audit log recorded them."""
+    from airflow.models.log import Log
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        return list(
+            session.scalars(
+                select(Log.event)
+                .where(Log.run_id == run.run_id, Log.task_id == task_id)
+                .order_by(Log.id)
+            )
+        )
+
+
+def asset_events(run) -> dict[str, dict]:
+    """Asset name -> extra of the events the run emitted."""
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        rows = session.execute(
+            select(AssetModel.name, AssetEvent.extra)
+            .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
+            .where(AssetEvent.source_run_id == run.run_id, AssetEvent.source_task_id == GATE)
+        ).all()
+    return {name: extra for name, extra in rows}
+
+
+def test_every_window_gate_deferred_to_its_trigger_and_resumed(replay):
+    assert [audit_events(replay["runs"][end], GATE) for end in replay["ends"]] == [
+        ["running", "deferred", "running", "success"]
+    ] * len(replay["ends"])
+
+
+def test_every_window_emits_an_asset_event_per_table_with_the_window_extra(replay):
+    from airflow_cdc.model import format_ts
+
+    records = {r.end: r for r in store().list_windows("allchanges")}
+    for end in replay["ends"]:
+        record = records[end]
+        expected = {
+            "stream": "allchanges",
+            "window_start": format_ts(record.start),
+            "window_end": format_ts(end),
+            "low_watermark": format_ts(record.low_watermark),
+            "changes": record.counts["changes"],
+            "changelog_snapshot_id": record.changelog_snapshot_id,
+            "target_snapshot_ids": record.target_snapshot_ids,
+        }
+        names = ["lake.cdc.allchanges_changelog"] + [f"lake.current.{t}" for t in TABLES]
+        assert asset_events(replay["runs"][end]) == {name: expected for name in names}
+
+
+def test_asset_events_carry_the_snapshot_of_every_target_table(replay):
+    extra = asset_events(replay["runs"][replay["ends"][-1]])["lake.current.Accounts"]
+    assert set(extra["target_snapshot_ids"]) == {f"lake.current.{t}" for t in TABLES}
+
+
+def test_the_asset_consumer_dag_is_queued_by_the_gate_events(replay):
+    from airflow.models.asset import AssetDagRunQueue, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        queued = session.execute(
+            select(AssetDagRunQueue.target_dag_id, AssetModel.name).join(
+                AssetModel, AssetDagRunQueue.asset_id == AssetModel.id
+            )
+        ).all()
+    assert ("cdc_asset_consumer", "lake.current.Accounts") in queued
+
+
+def test_no_credential_appears_in_task_output_xcom_or_asset_extras(replay):
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    run_ids = [run.run_id for run in replay["runs"].values()]
+    with create_session() as session:
+        xcoms = [
+            json.dumps(XComModel.deserialize_value(row), default=str)
+            for row in session.scalars(select(XComModel).where(XComModel.run_id.in_(run_ids)))
+        ]
+    extras = [json.dumps(asset_events(run)) for run in replay["runs"].values()]
+    output = replay["output"]
+    # The capture did see the tasks: the gate's and the commit's log lines are there.
+    assert "is complete: every partition live in the window reached its end" in output
+    assert " partition(s):" in output and " records, watermark " in output
+    assert len(xcoms) >= 3 * len(run_ids) and len(extras) == len(run_ids)
+    for where, texts in (("task output", [output]), ("XCom", xcoms), ("Asset extras", extras)):
+        for text in texts:
+            for secret in (CANARY, "ya29.", "access_token", "BEGIN PRIVATE KEY"):
+                assert secret not in text, f"{secret!r} found in {where}"
+
+
+def test_spark_jobs_get_the_openlineage_parent_job_of_their_task(replay):
+    output = replay["output"]
+    for step in ("extract", "apply"):
+        parent = f"Spark job's OpenLineage parent job: {DAG_ID}.all_changes.{step} (run "
+        assert parent in output

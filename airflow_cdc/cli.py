@@ -1,0 +1,329 @@
+"""``airflow-cdc``: look into and repair the state store from a shell.
+
+    airflow-cdc status [STREAM]              streams, recent windows, partitions (stalled first)
+    airflow-cdc inspect-window STREAM START  one window: state, counts, gate, its partitions
+    airflow-cdc reset-stream STREAM          forget a stream (asks for confirmation)
+    airflow-cdc lag-chart STREAM -o lag.svg  low-watermark lag per window, SVG or PNG
+
+The state store is the one tasks use: ``--url``, else the ``cdc_state`` connection
+``--conn-id`` (default ``cdc_state_default``, which falls back to ``$AIRFLOW_CDC_STATE_URL``
+or the SQLite file in AIRFLOW_HOME). URLs are only ever printed without their password.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from airflow_cdc.model import CdcError, PartitionState, WindowState, format_ts, parse_ts
+
+DEFAULT_STALL_SECONDS = 600
+LIVE_STATES = (PartitionState.CREATED, PartitionState.READY, PartitionState.RUNNING)
+
+
+def open_store(args):
+    from airflow_cdc.state import StateStore
+
+    if args.url:
+        url = args.url
+    else:
+        from airflow_cdc.hooks.state import CdcStateHook
+
+        url = CdcStateHook(cdc_state_conn_id=args.conn_id).get_url()
+    return StateStore(url)
+
+
+def duration(seconds: float) -> str:
+    """``1h02m03s`` style, for lags."""
+    seconds = int(max(0, seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m{secs:02d}s"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def window_lag(record, now: datetime) -> float:
+    """How far the window's low watermark trails its end, in seconds (0 once complete).
+
+    A window not yet committed has no low watermark: its lag runs from its start.
+    """
+    reached = record.low_watermark or record.start
+    if record.state in (WindowState.PLANNED, WindowState.EXTRACTED, WindowState.FAILED):
+        reached = record.start
+    return max(0.0, (record.end - reached).total_seconds())
+
+
+def partition_rows(store, stream_id: str, now: datetime, stall_seconds: float) -> list[dict]:
+    """Live partitions with watermark, lag and whether they stalled; stalled ones first."""
+    rows = []
+    for p in store.list_partitions(stream_id, states=LIVE_STATES):
+        stalled = (now - p.watermark_since).total_seconds() >= stall_seconds
+        rows.append(
+            {
+                "partition": p.partition_id,
+                "state": p.state.value,
+                "watermark": p.watermark,
+                "since": p.watermark_since,
+                "lag": (now - p.watermark).total_seconds(),
+                "stalled": stalled,
+            }
+        )
+    rows.sort(key=lambda r: (not r["stalled"], r["watermark"], r["partition"]))
+    return rows
+
+
+# --- commands ----------------------------------------------------------------------------------
+def cmd_status(args, out) -> int:
+    store = open_store(args)
+    now = datetime.now(timezone.utc)
+    streams = store.streams()
+    if args.stream:
+        streams = [s for s in streams if s.stream_id == args.stream]
+        if not streams:
+            raise CdcError(f"stream {args.stream!r} is not in the state store {store.url}: "
+                           f"run `airflow-cdc status` to list the streams it holds")
+    print(f"state store {store.url}", file=out)
+    if not streams:
+        print("no streams yet: a pipeline registers its stream when it plans its first window",
+              file=out)
+    for stream in streams:
+        windows = store.list_windows(stream.stream_id)
+        complete = [w for w in windows if w.state is WindowState.COMPLETE]
+        low = complete[-1].low_watermark if complete else None
+        lag = f", lag {duration((now - low).total_seconds())}" if low else ""
+        print(f"\nstream {stream.stream_id} ({stream.source_kind}): {len(windows)} window(s), "
+              f"complete up to {format_ts(low) if low else 'nothing yet'}{lag}", file=out)
+        # Open windows first (newest first), then the most recent complete ones.
+        shown = sorted(
+            windows, key=lambda w: (w.state is WindowState.COMPLETE, -w.start.timestamp())
+        )[: args.windows]
+        print("  windows:", file=out)
+        for w in shown:
+            counts = w.counts or {}
+            print(
+                f"    [{format_ts(w.start)}, {format_ts(w.end)}) {w.state.value:<9} "
+                f"low watermark {format_ts(w.low_watermark) if w.low_watermark else '-':<27} "
+                f"lag {duration(window_lag(w, now)):>9}  changes {counts.get('changes', '-')}"
+                + (f"  FAILED: {w.failure_reason}" if w.state is WindowState.FAILED else ""),
+                file=out,
+            )
+        print("  partitions:", file=out)
+        for row in partition_rows(store, stream.stream_id, now, args.stall_seconds):
+            flag = "STALLED" if row["stalled"] else "ok"
+            print(
+                f"    {flag:<7} {row['partition'][:40]:<40} {row['state']:<7} "
+                f"watermark {format_ts(row['watermark'])} since {format_ts(row['since'])} "
+                f"lag {duration(row['lag'])}",
+                file=out,
+            )
+    return 0
+
+
+def cmd_inspect_window(args, out) -> int:
+    from airflow_cdc.model import Window
+    from airflow_cdc.pipeline.protocol import gate_status
+
+    store = open_store(args)
+    start = parse_ts(args.start)
+    record = store.get_window(args.stream, start)
+    if record is None:
+        starts = [format_ts(w.start) for w in store.list_windows(args.stream)[-5:]]
+        raise CdcError(f"stream {args.stream!r} has no window starting at {format_ts(start)}; "
+                       f"latest window starts: {starts or 'none'}")
+    window = Window(record.stream_id, record.start, record.end)
+    print(f"window {args.stream}[{format_ts(record.start)}, {format_ts(record.end)})", file=out)
+    print(f"  state            {record.state.value} (attempt {record.attempt})", file=out)
+    print(f"  lease            {record.lease_owner or '-'} until "
+          f"{format_ts(record.lease_expires_at) if record.lease_expires_at else '-'}", file=out)
+    print(f"  low watermark    "
+          f"{format_ts(record.low_watermark) if record.low_watermark else '-'}", file=out)
+    print(f"  counts           {dict(record.counts or {})}", file=out)
+    print(f"  changelog        snapshot {record.changelog_snapshot_id}", file=out)
+    print(f"  targets          {dict(record.target_snapshot_ids or {})}", file=out)
+    if record.failure_reason:
+        print(f"  failure          {record.failure_reason}", file=out)
+    print(f"  gate             {gate_status(store, window).reason}", file=out)
+    print("  partitions:", file=out)
+    for wp in store.window_partitions(window):
+        end = "finished" if wp.finished else (
+            f"to {format_ts(wp.watermark)}" if wp.watermark else "not committed")
+        print(f"    {wp.partition_id[:40]:<40} {wp.origin:<7} from {format_ts(wp.start)} {end}, "
+              f"{wp.records if wp.records is not None else '-'} records", file=out)
+    return 0
+
+
+def cmd_reset_stream(args, out) -> int:
+    store = open_store(args)
+    if args.stream not in {s.stream_id for s in store.streams()}:
+        raise CdcError(f"stream {args.stream!r} is not in the state store {store.url}: "
+                       f"nothing to reset")
+    windows = store.list_windows(args.stream)
+    print(f"reset-stream deletes every window ({len(windows)}), plan and partition of stream "
+          f"{args.stream!r} in {store.url}. Its next run starts from the stream's beginning; "
+          f"Iceberg tables are not touched.", file=out)
+    if not args.yes:
+        answer = input(f"type the stream id ({args.stream}) to confirm: ")
+        if answer.strip() != args.stream:
+            print("not confirmed: nothing was changed", file=out)
+            return 1
+    store.reset_stream(args.stream)
+    print(f"stream {args.stream!r} reset", file=out)
+    return 0
+
+
+def cmd_lag_chart(args, out) -> int:
+    store = open_store(args)
+    windows = store.list_windows(args.stream)
+    if not windows:
+        raise CdcError(f"stream {args.stream!r} has no windows in {store.url}: nothing to chart")
+    now = datetime.now(timezone.utc)
+    points = [(w.start, window_lag(w, now), w.state) for w in windows[-args.last:]]
+    output = Path(args.output)
+    suffix = output.suffix.lower()
+    if suffix == ".svg":
+        output.write_text(lag_svg(args.stream, points))
+    elif suffix == ".png":
+        output.write_bytes(lag_png(points))
+    else:
+        raise CdcError(f"lag-chart output {str(output)!r} must end in .svg or .png")
+    print(f"wrote {output}: low-watermark lag of {len(points)} window(s) of {args.stream}",
+          file=out)
+    return 0
+
+
+# --- charts ------------------------------------------------------------------------------------
+_BAR = {"ok": "#4c9a2a", "late": "#d9822b", "failed": "#c23030"}
+
+
+def _bar_kind(lag: float, state: WindowState) -> str:
+    if state is WindowState.FAILED:
+        return "failed"
+    return "ok" if lag == 0 else "late"
+
+
+def lag_svg(stream_id: str, points: list[tuple[datetime, float, WindowState]]) -> str:
+    """A bar per window: how far its low watermark trails its end. No dependency."""
+    from xml.sax.saxutils import escape
+
+    width, height, left, bottom, top = max(480, 60 + 18 * len(points)), 320, 70, 70, 40
+    plot_h = height - bottom - top
+    peak = max((lag for _, lag, _ in points), default=0) or 1.0
+    bar_w = (width - left - 20) / max(1, len(points))
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
+        f'<title>low-watermark lag per window: {escape(stream_id)}</title>',
+        f'<text x="{left}" y="22" font-size="14">low-watermark lag per window — '
+        f'{escape(stream_id)}</text>',
+        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#333"/>',
+        f'<line x1="{left}" y1="{top + plot_h}" x2="{width - 10}" y2="{top + plot_h}" '
+        f'stroke="#333"/>',
+        f'<text x="{left - 6}" y="{top + 4}" text-anchor="end">{duration(peak)}</text>',
+        f'<text x="{left - 6}" y="{top + plot_h + 4}" text-anchor="end">0s</text>',
+    ]
+    for i, (start, lag, state) in enumerate(points):
+        h = plot_h * lag / peak
+        x = left + i * bar_w + 2
+        parts.append(
+            f'<rect class="window" x="{x:.1f}" y="{top + plot_h - h:.1f}" '
+            f'width="{max(1.0, bar_w - 4):.1f}" height="{h:.1f}" '
+            f'fill="{_BAR[_bar_kind(lag, state)]}"><title>{format_ts(start)} {state.value} '
+            f'lag {duration(lag)}</title></rect>'
+        )
+        if i % max(1, len(points) // 8) == 0:
+            label = start.strftime("%m-%d %H:%M")
+            parts.append(
+                f'<text x="{x:.1f}" y="{top + plot_h + 14}" transform="rotate(35 {x:.1f} '
+                f'{top + plot_h + 14})">{label}</text>'
+            )
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
+
+
+def lag_png(points: list[tuple[datetime, float, WindowState]]) -> bytes:
+    """The same bars as a PNG (axes and bars, no text: labels need a font renderer)."""
+    import struct
+    import zlib
+
+    width, height, margin = max(320, 20 + 12 * len(points)), 200, 10
+    plot_h = height - 2 * margin
+    peak = max((lag for _, lag, _ in points), default=0) or 1.0
+    bar_w = max(2, (width - 2 * margin) // max(1, len(points)))
+    pixels = [[(255, 255, 255)] * width for _ in range(height)]
+    for y in range(margin, height - margin + 1):
+        pixels[y][margin] = (0, 0, 0)
+    for x in range(margin, width - margin):
+        pixels[height - margin][x] = (0, 0, 0)
+    for i, (_, lag, state) in enumerate(points):
+        colour = tuple(int(_BAR[_bar_kind(lag, state)][k:k + 2], 16) for k in (1, 3, 5))
+        h = int(round(plot_h * lag / peak))
+        x0 = margin + 1 + i * bar_w
+        for y in range(height - margin - h, height - margin):
+            for x in range(x0, min(width - margin, x0 + bar_w - 1)):
+                pixels[y][x] = colour
+    raw = b"".join(b"\x00" + bytes(c for px in row for c in px) for row in pixels)
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
+            + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+
+
+# --- entry point -------------------------------------------------------------------------------
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="airflow-cdc", description=__doc__.split("\n")[0])
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", help="state store SQLAlchemy URL (overrides --conn-id)")
+    common.add_argument("--conn-id", default="cdc_state_default",
+                        help="cdc_state connection id (default: cdc_state_default)")
+    commands = top.add_subparsers(dest="command", required=True)
+
+    status = commands.add_parser("status", parents=[common],
+                                 help="streams, windows and partitions, stalled first")
+    status.add_argument("stream", nargs="?", help="only this stream")
+    status.add_argument("--windows", type=int, default=10, help="windows per stream (10)")
+    status.add_argument("--stall-seconds", type=float, default=DEFAULT_STALL_SECONDS,
+                        help="a partition whose watermark has not moved for this long is "
+                             f"stalled ({DEFAULT_STALL_SECONDS})")
+    status.set_defaults(run=cmd_status)
+
+    inspect = commands.add_parser("inspect-window", parents=[common], help="one window")
+    inspect.add_argument("stream")
+    inspect.add_argument("start", help="window start, ISO-8601 (2024-05-01T09:00:00Z)")
+    inspect.set_defaults(run=cmd_inspect_window)
+
+    reset = commands.add_parser("reset-stream", parents=[common],
+                                help="delete a stream's state (asks for confirmation)")
+    reset.add_argument("stream")
+    reset.add_argument("--yes", action="store_true", help="do not ask")
+    reset.set_defaults(run=cmd_reset_stream)
+
+    chart = commands.add_parser("lag-chart", parents=[common],
+                                help="low-watermark lag per window as SVG or PNG")
+    chart.add_argument("stream")
+    chart.add_argument("-o", "--output", required=True, help="file ending in .svg or .png")
+    chart.add_argument("--last", type=int, default=200, help="the last N windows (200)")
+    chart.set_defaults(run=cmd_lag_chart)
+    return top
+
+
+def main(argv: list[str] | None = None, out=None) -> int:
+    args = parser().parse_args(argv)
+    out = out or sys.stdout
+    try:
+        return args.run(args, out)
+    except (CdcError, ValueError) as error:
+        print(f"airflow-cdc {args.command}: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,12 @@
+"""Datastream (seed 001): change events as JSON-lines or Avro files under a bucket prefix.
+
+* :mod:`.events` maps one Datastream event (generic + source-specific metadata, payload)
+  onto a :class:`~airflow_cdc.model.ChangeRow` with the per-source ordering key.
+* :mod:`.discovery` lists event files (local folders; GCS through the Airflow hook) and
+  turns the ones not consumed yet into partitions of the next window.
+* :mod:`.progress` decides how far the reader provably got (completeness evidence).
+"""
+
+SOURCE_KIND = "datastream"
+# The one partition that never finishes: its watermark is the completeness evidence.
+PROGRESS_PARTITION = "~datastream-read-progress"

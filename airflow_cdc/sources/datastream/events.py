@@ -1,0 +1,303 @@
+"""One Datastream event -> one changelog row, with the ordering key of its source database.
+
+An event (seed 001) is a JSON object or Avro record with the generic metadata
+(``stream_name``, ``read_method``, ``object``, ``schema_key``, ``uuid``, ``read_timestamp``,
+``source_timestamp``, ``sort_keys``), ``source_metadata`` specific to MySQL, Oracle,
+PostgreSQL or SQL Server, and ``payload``: the whole row. Both file formats are first turned
+into the same plain dict (:func:`normalize_value` for Avro values), so JSON and Avro files of
+the same events give identical rows.
+
+Ordering (seed 001, "順序と整合性"), encoded with :func:`airflow_cdc.model.encode_ordering_key`:
+
+* every backfill event ranks below every CDC event of the same key (rank 0 vs 1);
+* MySQL: log_file (name, then its number) and log_position;
+* Oracle: scn, then rs_id (its three hexadecimal parts as numbers), then ssn;
+* PostgreSQL and SQL Server: source_timestamp, then the LSN compared as numbers
+  (``16/B374D848`` and ``00000027:00000ac0:0002`` as integers, never as text);
+* the event uuid last, so two different events never tie.
+
+Deletes come from ``is_deleted``. Change types INSERT, UPDATE, UPDATE-INSERT, UPDATE-DELETE
+and DELETE (UPDATE-DELETE is the old image of a key-changing update: a delete of that key).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from datetime import date, datetime, timezone
+from decimal import Decimal
+
+from airflow_cdc.model import (
+    CdcError,
+    ChangeRow,
+    Image,
+    Op,
+    encode_ordering_key,
+)
+
+UTC = timezone.utc
+GENERIC_FIELDS = (
+    "stream_name", "read_method", "object", "schema_key", "uuid", "read_timestamp",
+    "source_timestamp", "sort_keys",
+)
+ORACLE_ROW_ID_COLUMN = "row_id"
+CHANGE_TYPES = ("INSERT", "UPDATE", "UPDATE-INSERT", "UPDATE-DELETE", "DELETE")
+_NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
+
+
+class MalformedEventError(CdcError, ValueError):
+    """An event that cannot become a change row; it goes to the dead-letter table."""
+
+
+def source_database(read_method: str) -> str:
+    """``mysql``, ``oracle``, ``postgresql`` or ``sqlserver`` from the event's read_method."""
+    method = (read_method or "").lower()
+    for prefix, kind in (("mysql", "mysql"), ("oracle", "oracle"), ("postgres", "postgresql"),
+                         ("sqlserver", "sqlserver")):
+        if method.startswith(prefix):
+            return kind
+    raise MalformedEventError(
+        f"read_method {read_method!r} names no source Datastream supports: expected one "
+        f"starting with mysql-, oracle-, postgres or sqlserver- (seed 001, generic metadata)"
+    )
+
+
+def is_backfill(read_method: str) -> bool:
+    return "backfill" in (read_method or "").lower()
+
+
+def parse_event_time(name: str, value: object) -> datetime:
+    """Epoch milliseconds (number or digits), ISO-8601 text (UTC when no offset) or datetime."""
+    if isinstance(value, datetime):
+        return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC)
+    if isinstance(value, bool) or value is None or value == "":
+        raise MalformedEventError(f"{name} {value!r} is not a timestamp: Datastream always sets it")
+    if isinstance(value, (int, float)) or (isinstance(value, str) and value.strip().isdigit()):
+        return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
+    try:
+        parsed = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise MalformedEventError(
+            f"{name} {value!r} is neither epoch milliseconds nor ISO-8601 text"
+        ) from None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
+
+
+def lsn_number(lsn: object) -> tuple[int, ...]:
+    """An LSN as numbers: PostgreSQL ``X/Y`` -> (X<<32 | Y,); SQL Server ``a:b:c`` -> (a, b, c).
+
+    Parts are hexadecimal, as both databases print them; plain decimal text is one number.
+    """
+    text = str(lsn).strip()
+    try:
+        if "/" in text:
+            high, low = text.split("/", 1)
+            return ((int(high, 16) << 32) | int(low, 16),)
+        if ":" in text:
+            return tuple(int(part, 16) for part in text.split(":"))
+        if text.lower().startswith("0x"):
+            return (int(text, 16),)
+        return (int(text),)
+    except ValueError:
+        raise MalformedEventError(
+            f"lsn {lsn!r} is not a log sequence number: expected X/Y (PostgreSQL) or "
+            f"a:b:c in hexadecimal (SQL Server)"
+        ) from None
+
+
+def rs_id_number(rs_id: object) -> tuple[int, ...]:
+    """Oracle's record set id ``0x0073c9.000a4e4c.01d0`` as three numbers."""
+    text = str(rs_id or "").strip().lower()
+    if text.startswith("0x"):
+        text = text[2:]
+    try:
+        return tuple(int(part, 16) for part in text.split(".") if part.strip())
+    except ValueError:
+        raise MalformedEventError(
+            f"rs_id {rs_id!r} is not an Oracle record set id like 0x0073c9.000a4e4c.01d0"
+        ) from None
+
+
+def _log_file_parts(log_file: object) -> tuple[str, int]:
+    match = re.match(r"^(.*?)(\d*)$", str(log_file or ""))
+    stem, digits = match.group(1), match.group(2)
+    return stem, int(digits) if digits else -1
+
+
+def _int(name: str, value: object) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise MalformedEventError(f"{name} {value!r} is not an integer") from None
+
+
+def ordering_key(event: dict) -> bytes:
+    """Bytes that sort like the source's order of ``event`` (see the module docstring)."""
+    meta = event.get("source_metadata") or {}
+    uuid = str(event.get("uuid"))
+    source_ts = parse_event_time("source_timestamp", event.get("source_timestamp"))
+    if is_backfill(event.get("read_method", "")):
+        read_ts = parse_event_time("read_timestamp", event.get("read_timestamp"))
+        return encode_ordering_key(0, source_ts, read_ts, uuid)
+    kind = source_database(event.get("read_method", ""))
+    if kind == "mysql":
+        stem, number = _log_file_parts(meta.get("log_file"))
+        return encode_ordering_key(
+            1, stem, number, _int("log_position", meta.get("log_position")), uuid
+        )
+    if kind == "oracle":
+        scn = meta.get("scn")
+        parts = (None if scn is None else _int("scn", scn),)
+        return encode_ordering_key(
+            1, *parts, *rs_id_number(meta.get("rs_id")), _int("ssn", meta.get("ssn") or 0), uuid
+        )
+    lsn = meta.get("lsn")
+    if lsn is None:
+        raise MalformedEventError(f"{kind} CDC event {uuid} has no source_metadata.lsn")
+    return encode_ordering_key(1, source_ts, *lsn_number(lsn), uuid)
+
+
+def normalize_value(value: object) -> object:
+    """A payload value as JSON gives it (Avro decodes richer Python types)."""
+    if isinstance(value, datetime):
+        aware = value if value.tzinfo else value.replace(tzinfo=UTC)
+        return aware.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, dict):
+        return {k: normalize_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [normalize_value(v) for v in value]
+    return value
+
+
+def value_type(value: object) -> str:
+    """The canonical column type (airflow_cdc.pipeline.column_types) of a JSON value."""
+    if isinstance(value, bool):
+        return "BOOL"
+    if isinstance(value, int):
+        return "INT64"
+    if isinstance(value, float):
+        return "FLOAT64"
+    if isinstance(value, (dict, list)):
+        return "JSON"
+    return "STRING"
+
+
+def source_table_name(event: dict) -> str:
+    """The event's ``object`` as an identifier (``shop.orders`` -> ``shop_orders``)."""
+    name = str(event.get("object") or "")
+    if not name:
+        raise MalformedEventError("event has no object: Datastream names the source table there")
+    cleaned = _NOT_IDENTIFIER.sub("_", name)
+    return cleaned if not cleaned[0].isdigit() else f"t_{cleaned}"
+
+
+def key_columns(event: dict, kind: str) -> list[str]:
+    meta = event.get("source_metadata") or {}
+    keys = meta.get("primary_keys") or []
+    if not keys and kind == "sqlserver":
+        keys = meta.get("replication_index") or []
+    if not keys and kind == "oracle":
+        return [ORACLE_ROW_ID_COLUMN]
+    if not keys:
+        raise MalformedEventError(
+            f"table {event.get('object')!r} ({kind}) has no primary key in "
+            f"source_metadata.primary_keys: Datastream leaves it empty for tables without one; "
+            f"add a primary key to the source table (only Oracle tables fall back to row_id)"
+        )
+    return [str(k) for k in keys]
+
+
+def event_op(event: dict) -> Op:
+    meta = event.get("source_metadata") or {}
+    change_type = str(meta.get("change_type") or "").upper()
+    if change_type and change_type not in CHANGE_TYPES:
+        raise MalformedEventError(
+            f"change_type {meta.get('change_type')!r} of event {event.get('uuid')} is not one of "
+            f"{list(CHANGE_TYPES)}"
+        )
+    if meta.get("is_deleted") is True or change_type in ("DELETE", "UPDATE-DELETE"):
+        return Op.DELETE
+    if is_backfill(event.get("read_method", "")):
+        return Op.READ
+    if change_type in ("UPDATE", "UPDATE-INSERT"):
+        return Op.UPDATE
+    return Op.INSERT
+
+
+def event_to_change_row(event: dict, stream: str, window_id: str, partition_id: str) -> ChangeRow:
+    """The changelog row of one event; :class:`MalformedEventError` names what is missing."""
+    if not isinstance(event, dict):
+        raise MalformedEventError(f"event is a {type(event).__name__}, not an object")
+    uuid = event.get("uuid")
+    if not uuid:
+        raise MalformedEventError("event has no uuid: Datastream gives every event one")
+    payload = event.get("payload")
+    if not isinstance(payload, dict):
+        raise MalformedEventError(f"event {uuid} has no payload object")
+    meta = event.get("source_metadata")
+    if not isinstance(meta, dict):
+        raise MalformedEventError(f"event {uuid} has no source_metadata object")
+    kind = source_database(event.get("read_method", ""))
+    values = {k: normalize_value(v) for k, v in payload.items() if v is not None}
+    if kind == "oracle" and not (meta.get("primary_keys")):
+        if not meta.get("row_id"):
+            raise MalformedEventError(
+                f"Oracle event {uuid} of keyless table {event.get('object')!r} has no row_id"
+            )
+        values[ORACLE_ROW_ID_COLUMN] = str(meta["row_id"])
+    names = key_columns(event, kind)
+    missing = [n for n in names if n not in values]
+    if missing:
+        raise MalformedEventError(
+            f"event {uuid} of {event.get('object')!r}: payload lacks key column(s) {missing}"
+        )
+    op = event_op(event)
+    metadata = {name: event.get(name) for name in GENERIC_FIELDS if name != "uuid"}
+    metadata["read_timestamp"] = _millis(parse_event_time("read_timestamp", event.get("read_timestamp")))
+    metadata["source_timestamp"] = _millis(
+        parse_event_time("source_timestamp", event.get("source_timestamp"))
+    )
+    metadata["source_database"] = kind
+    # Avro records carry every field of their schema (None when unset), JSON only those set.
+    metadata["source_metadata"] = {k: normalize_value(v) for k, v in meta.items() if v is not None}
+    return ChangeRow(
+        stream=stream,
+        window_id=window_id,
+        source_table=source_table_name(event),
+        op=op,
+        image=Image.FULL,
+        keys={n: values[n] for n in names},
+        new_values=None if op is Op.DELETE else values,
+        old_values=values if op is Op.DELETE else None,
+        column_types={name: value_type(v) for name, v in sorted(values.items())},
+        commit_ts=parse_event_time("source_timestamp", event.get("source_timestamp")),
+        ordering_key=ordering_key(event),
+        transaction_id=None if meta.get("tx_id") in (None, "") else str(meta.get("tx_id")),
+        event_id=str(uuid),
+        partition_id=partition_id,
+        source_metadata=metadata,
+    )
+
+
+def _millis(value: datetime) -> int:
+    return int(round(value.timestamp() * 1000))
+
+
+def json_event(line_fields: dict) -> dict:
+    """An event from the JSON reader's row: nested objects arrive as their JSON text."""
+    event = dict(line_fields)
+    for name in ("source_metadata", "payload", "sort_keys"):
+        text = event.get(name)
+        if isinstance(text, str):
+            try:
+                event[name] = json.loads(text)
+            except ValueError:
+                raise MalformedEventError(f"{name} is not JSON: {text[:200]!r}") from None
+    return event

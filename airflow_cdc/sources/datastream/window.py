@@ -1,0 +1,89 @@
+"""Datastream's plan and commit steps (Airflow-free; the operators call them).
+
+Plan: every settled event file not yet known to the state store becomes a partition of the
+window, in the same transaction that opens it, next to the one progress partition. The plan
+file carries when it was made (the idle decision uses that instant, so a re-run decides the
+same way), the allowed lateness, the idle timeout and the dead-letter table.
+
+Commit: as the generic commit, but the window's counts keep what only this job knows
+(events, duplicates, dead letters, files, and ``idle_declared`` when completeness was
+declared by the idle timeout rather than proven by events).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow_cdc.model import PartitionPosition, Window, WindowState, format_ts
+from airflow_cdc.pipeline.files import WindowOutcomeFile, WindowPlanFile, write_private
+from airflow_cdc.pipeline.protocol import StreamConfig, WindowNotReadyError
+from airflow_cdc.sources.datastream import PROGRESS_PARTITION
+from airflow_cdc.sources.datastream.discovery import EventFile, file_partitions
+
+DATASTREAM_COUNTS = ("changes", "events", "duplicates", "dead_letters", "files", "idle_declared")
+
+
+def plan_datastream_window(
+    store,
+    config: StreamConfig,
+    window: Window,
+    owner: str,
+    lease_seconds: float,
+    files: list[EventFile],
+    planned_at: datetime,
+    catalog_name: str,
+    allowed_lateness: timedelta,
+    idle_timeout: timedelta | None,
+) -> WindowPlanFile:
+    """Open the window with the new files as partitions; write (or keep) its plan file."""
+    store.register_stream(config.stream_id, config.source_kind, config.fingerprint)
+    plan = store.plan_window(
+        window,
+        owner,
+        lease_seconds,
+        [PartitionPosition(PROGRESS_PARTITION, window.start)],
+        new_partitions=file_partitions(files, window.start),
+    )
+    path = config.plan_path(window)
+    if path.exists() and plan.window.state is not WindowState.PLANNED:
+        return WindowPlanFile.from_json(path.read_text())
+    kept = WindowPlanFile.from_json(path.read_text()) if path.exists() else None
+    options = {
+        "planned_at": (kept.options.get("planned_at") if kept else None) or format_ts(planned_at),
+        "allowed_lateness_seconds": allowed_lateness.total_seconds(),
+        "idle_timeout_seconds": None if idle_timeout is None else idle_timeout.total_seconds(),
+        "dead_letter_table": f"{catalog_name}.{config.dead_letter_table}",
+    }
+    plan_file = WindowPlanFile(
+        window=window,
+        positions=tuple(plan.positions),
+        pending_children=(),
+        source=config.source_spec,
+        changelog_table=f"{catalog_name}.{config.changelog_table}",
+        attempt=plan.window.attempt,
+        options=options,
+    )
+    write_private(path, plan_file.to_json())
+    return plan_file
+
+
+def commit_datastream_window(store, config: StreamConfig, window: Window, owner: str):
+    """Record the outcome file in one state-store transaction, with Datastream's counts."""
+    record = store.get_window(window.stream_id, window.start)
+    if record is None:
+        raise WindowNotReadyError(f"window {window.window_id} of {window.stream_id} was never planned")
+    if record.committed:
+        return record
+    path = config.outcome_path(window)
+    if not path.exists():
+        raise WindowNotReadyError(
+            f"window {window.window_id} of {window.stream_id} has no outcome file at {path}: "
+            f"the extract task has not finished; clear it to run it again"
+        )
+    outcome = WindowOutcomeFile.from_json(path.read_text())
+    if outcome.window_id != window.window_id:
+        raise WindowNotReadyError(
+            f"outcome file {path} is for window {outcome.window_id}, not {window.window_id}"
+        )
+    extra = {k: outcome.counts[k] for k in DATASTREAM_COUNTS if k in outcome.counts}
+    return store.commit_window(window, owner, list(outcome.outcomes), extra)

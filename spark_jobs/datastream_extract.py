@@ -1,0 +1,343 @@
+"""Datastream extract job: read one window's event files into the changelog, once.
+
+Usage (spark-submit): ``datastream_extract.py --plan <plan.json> --outcome <outcome.json>
+--result <result.json>``
+
+Procedure:
+1. If the changelog already has the commit tagged with this window, write nothing: restore
+   the outcome file from that commit and stop (I1).
+2. Read the planned files: JSON lines through Spark's JSON reader; Avro through spark-avro
+   when the cluster has it, otherwise through fastavro inside the Spark tasks (pyspark ships
+   no spark-avro). Both give the same plain events, mapped by
+   :mod:`airflow_cdc.sources.datastream.events`.
+3. Drop duplicates by uuid: within the window, and against every event id already in the
+   changelog (Datastream delivers at least once, duplicates may come windows later).
+4. Malformed lines, files and events go to the stream's dead-letter table with the reason
+   (one commit marked with the window); everything else goes on.
+5. Append the rows in ONE changelog commit tagged with the window, carrying the outcome:
+   every file finished, the progress partition at the newest read_timestamp minus the
+   allowed lateness (or declared idle), then write the outcome file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from airflow_cdc.model import CHANGELOG_COLUMNS, PartitionOutcome, change_row_to_record, parse_ts
+from airflow_cdc.pipeline.files import WindowOutcomeFile, WindowPlanFile
+from airflow_cdc.sources.datastream import PROGRESS_PARTITION
+from airflow_cdc.sources.datastream.events import (
+    GENERIC_FIELDS,
+    MalformedEventError,
+    event_to_change_row,
+    json_event,
+    normalize_value,
+    parse_event_time,
+)
+from airflow_cdc.sources.datastream.progress import idle_declared, progress_watermark
+
+OUTCOME_PROPERTY = "airflow-cdc.outcome"
+# Marks the extract job's dead-letter commit; apply tags its own with the window property.
+DEAD_LETTER_PROPERTY = "airflow-cdc.extract-dead-letters"
+CORRUPT_COLUMN = "_corrupt_record"
+_COLUMN_NAMES = [name for name, _ in CHANGELOG_COLUMNS]
+
+
+def normal_path(path: str) -> str:
+    """A file path as the plan names it: Spark reports local files as ``file:/...``."""
+    for prefix in ("file://", "file:"):
+        if path.startswith(prefix):
+            return path[len(prefix):]
+    return path
+
+
+def map_event(stream: str, window_id: str, partition_id: str, event) -> tuple:
+    """("row", changelog tuple, read ms) or ("dead", dead-letter tuple, read ms or None)."""
+    try:
+        row = event_to_change_row(event, stream, window_id, partition_id)
+    except (MalformedEventError, TypeError, ValueError, KeyError, OverflowError) as error:
+        return dead_letter(stream, window_id, partition_id, event, str(error))
+    record = change_row_to_record(row)
+    return ("row", tuple(record[n] for n in _COLUMN_NAMES), row.source_metadata["read_timestamp"])
+
+
+def dead_letter(stream: str, window_id: str, partition_id: str, raw, reason: str) -> tuple:
+    text = raw if isinstance(raw, str) else json.dumps(normalize_value(raw), default=str)
+    record = dict.fromkeys(_COLUMN_NAMES)
+    record.update(
+        stream=stream,
+        window_id=window_id,
+        partition_id=partition_id,
+        source_table=raw.get("object") if isinstance(raw, dict) else None,
+        event_id=raw.get("uuid") if isinstance(raw, dict) else None,
+        source_metadata_json=json.dumps({"file": partition_id, "raw": text[:100_000]}),
+    )
+    read_ms = None
+    if isinstance(raw, dict):
+        try:
+            read_ms = int(parse_event_time("read_timestamp", raw.get("read_timestamp")).timestamp() * 1000)
+        except (MalformedEventError, ValueError, TypeError, OverflowError):
+            read_ms = None
+    return ("dead", tuple(record[n] for n in _COLUMN_NAMES) + (f"extract: {reason}",), read_ms)
+
+
+def json_line_results(stream: str, window_id: str, row) -> tuple:
+    fields = row.asDict()
+    path = normal_path(fields.pop("_file"))
+    corrupt = fields.pop(CORRUPT_COLUMN, None)
+    if corrupt is not None:
+        return dead_letter(stream, window_id, path, corrupt, "line is not a JSON object")
+    try:
+        event = json_event(fields)
+    except MalformedEventError as error:
+        return dead_letter(stream, window_id, path, fields, str(error))
+    return map_event(stream, window_id, path, event)
+
+
+def avro_file_results(stream: str, window_id: str, path: str, content: bytes) -> list[tuple]:
+    """Every event of one Avro file through fastavro; an unreadable file is one dead letter."""
+    import fastavro
+
+    path = normal_path(path)
+    try:
+        records = list(fastavro.reader(io.BytesIO(content)))
+    except Exception as error:  # noqa: BLE001 - any decoding failure makes the file a dead letter
+        return [dead_letter(stream, window_id, path, f"<{len(content)} bytes of Avro>",
+                            f"file is not readable Avro ({type(error).__name__}: {error})")]
+    return [map_event(stream, window_id, path, record) for record in records]
+
+
+def spark_avro_available(spark) -> bool:
+    try:
+        spark.sparkContext._jvm.java.lang.Class.forName("org.apache.spark.sql.avro.AvroFileFormat")
+        return True
+    except Exception:  # noqa: BLE001 - py4j raises a generic error for a missing class
+        return False
+
+
+def json_schema():
+    from pyspark.sql import types as T
+
+    names = [*GENERIC_FIELDS, "source_metadata", "payload", CORRUPT_COLUMN]
+    return T.StructType([T.StructField(n, T.StringType()) for n in names])
+
+
+def read_events(spark, stream: str, window_id: str, json_files: list[str], avro_files: list[str]):
+    """An RDD of ("row" | "dead", tuple, read ms) for every event of the window's files."""
+    from pyspark.sql import functions as F
+
+    sc = spark.sparkContext
+    parts = []
+    if json_files:
+        frame = (
+            spark.read.schema(json_schema())
+            .option("mode", "PERMISSIVE")
+            .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
+            .json(json_files)
+            .withColumn("_file", F.input_file_name())
+        )
+        parts.append(frame.rdd.map(lambda row: json_line_results(stream, window_id, row)))
+    if avro_files and spark_avro_available(spark):
+        for path in avro_files:  # one schema per file: Datastream writes one object per file
+            frame = spark.read.format("avro").load(path)
+            for name in ("read_timestamp", "source_timestamp"):
+                # Spark hands timestamps back as naive session-local datetimes: keep epoch ms.
+                if name in frame.columns:
+                    frame = frame.withColumn(name, F.floor(F.unix_micros(F.col(name)) / 1000))
+            parts.append(frame.rdd.map(
+                lambda row, p=path: map_event(stream, window_id, p, row.asDict(recursive=True))
+            ))
+    elif avro_files:
+        files = sc.binaryFiles(",".join(avro_files), minPartitions=len(avro_files))
+        parts.append(files.flatMap(lambda item: avro_file_results(stream, window_id, *item)))
+    return sc.union(parts) if parts else sc.emptyRDD()
+
+
+def _tally(results) -> list[tuple]:
+    """(records per file, events, dead letters, newest read ms) of one Spark partition."""
+    per_file: dict[str, int] = {}
+    events = dead = 0
+    newest = None
+    for kind, values, read_ms in results:
+        path = values[_PARTITION_INDEX]
+        per_file[path] = per_file.get(path, 0) + 1
+        if kind == "row":
+            events += 1
+        else:
+            dead += 1
+        if read_ms is not None and (newest is None or read_ms > newest):
+            newest = read_ms
+    return [(per_file, events, dead, newest)]
+
+
+def _first_by_uuid(a: tuple, b: tuple) -> tuple:
+    # Duplicates are the same event: keep the copy from the first file, so re-runs agree.
+    return a if (a[1][_PARTITION_INDEX] or "") <= (b[1][_PARTITION_INDEX] or "") else b
+
+
+_EVENT_INDEX = _COLUMN_NAMES.index("event_id")
+_PARTITION_INDEX = _COLUMN_NAMES.index("partition_id")
+
+
+def extract_datastream_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
+    from pyspark import StorageLevel
+    from pyspark.sql import types as T
+
+    from spark_jobs.changelog import (
+        append_window,
+        changelog_schema,
+        create_changelog_table,
+        find_window_commit,
+        snapshot_summary,
+        write_text,
+    )
+
+    table = plan.changelog_table
+    window, window_id = plan.window, plan.window.window_id
+    stream = window.stream_id
+    earlier = find_window_commit(spark, table, window_id)
+    if earlier is not None and earlier.snapshot_id is not None:
+        recorded = snapshot_summary(spark, table, earlier.snapshot_id).get(OUTCOME_PROPERTY)
+        if recorded is None:
+            raise RuntimeError(
+                f"changelog commit {earlier.snapshot_id} of window {window_id} in {table} "
+                f"carries no {OUTCOME_PROPERTY!r}: it was not written by the extract job"
+            )
+        outcome = WindowOutcomeFile.from_json(recorded)
+        write_text(spark, outcome_path, outcome.to_json())
+        return {"skipped": True, "snapshot_id": earlier.snapshot_id, "counts": outcome.counts}
+
+    options = plan.options
+    files = [p for p in plan.positions if p.partition_id != PROGRESS_PARTITION]
+    json_files = [p.partition_id for p in files if p.resume_position == "json"]
+    avro_files = [p.partition_id for p in files if p.resume_position == "avro"]
+    results = read_events(spark, stream, window_id, json_files, avro_files)
+    results.persist(StorageLevel.MEMORY_AND_DISK)
+
+    tally = results.mapPartitions(_tally).collect()
+    per_file: dict[str, int] = {}
+    for files_seen, _, _, _ in tally:
+        for path, number in files_seen.items():
+            per_file[path] = per_file.get(path, 0) + number
+    events = sum(t[1] for t in tally)
+    dead_letters = sum(t[2] for t in tally)
+    newest_ms = max((t[3] for t in tally if t[3] is not None), default=None)
+    rows = results.filter(lambda r: r[0] == "row")
+    unique = rows.keyBy(lambda r: r[1][_EVENT_INDEX]).reduceByKey(_first_by_uuid).values()
+    frame = spark.createDataFrame(unique.map(lambda r: r[1]), changelog_schema())
+    if spark.catalog.tableExists(table):
+        seen = spark.table(table).select("event_id").where("event_id IS NOT NULL").distinct()
+        frame = frame.join(seen, "event_id", "left_anti").select(*_COLUMN_NAMES)
+    frame.persist(StorageLevel.MEMORY_AND_DISK)
+    changes = frame.count()
+
+    if dead_letters:
+        dead = results.filter(lambda r: r[0] == "dead").map(lambda r: r[1])
+        dead_table = options.get("dead_letter_table") or table.replace("_changelog", "_dead_letters")
+        _append_dead_letters(spark, dead_table, window_id, dead, T)
+
+
+    lateness = timedelta(seconds=float(options.get("allowed_lateness_seconds", 300)))
+    idle_timeout = options.get("idle_timeout_seconds")
+    progress = next((p for p in plan.positions if p.partition_id == PROGRESS_PARTITION), None)
+    outcomes = [
+        PartitionOutcome(p.partition_id, finished=True, watermark=p.start,
+                         records=int(per_file.get(p.partition_id, 0)))
+        for p in files
+    ]
+    idle = False
+    if progress is not None:
+        newest = None if newest_ms is None else datetime.fromtimestamp(newest_ms / 1000, tz=window.start.tzinfo)
+        watermark = progress_watermark(progress.start, newest, lateness)
+        planned_at = parse_ts(options["planned_at"]) if options.get("planned_at") else window.start
+        idle = idle_declared(
+            events + dead_letters, watermark, window.end, planned_at,
+            None if idle_timeout is None else timedelta(seconds=float(idle_timeout)),
+        )
+        if idle:
+            watermark = max(watermark, window.end)
+        # Records stay with the files that held them, so the window's record count adds up.
+        outcomes.append(PartitionOutcome(PROGRESS_PARTITION, finished=False, watermark=watermark))
+    counts = {
+        "changes": changes,
+        "events": events,
+        "duplicates": events - changes,
+        "dead_letters": dead_letters,
+        "files": len(files),
+        "idle_declared": 1 if idle else 0,
+    }
+    outcome = WindowOutcomeFile(
+        window_id=window_id,
+        outcomes=tuple(sorted(outcomes, key=lambda o: o.partition_id)),
+        pending_children=(),
+        counts=counts,
+    )
+    create_changelog_table(spark, table)
+    snapshot_id = append_window(
+        spark, table, window_id, frame, extra_properties={OUTCOME_PROPERTY: outcome.to_json()}
+    )
+    write_text(spark, outcome_path, outcome.to_json())
+    frame.unpersist()
+    results.unpersist()
+    return {"skipped": False, "snapshot_id": snapshot_id, "counts": counts}
+
+
+def _append_dead_letters(spark, dead_table: str, window_id: str, dead, T) -> None:
+    """One commit of the window's extract dead letters, written once (marked in its summary)."""
+    from spark_jobs.apply.dead_letters import DEAD_LETTER_COLUMNS
+
+    columns = ", ".join(f"`{name}` {kind}" for name, kind in DEAD_LETTER_COLUMNS)
+    catalog_namespace = dead_table.rsplit(".", 1)[0]
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {catalog_namespace}")
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS {dead_table} ({columns}) USING iceberg "
+        f"TBLPROPERTIES ('format-version' = '2')"
+    )
+    done = spark.sql(
+        f"SELECT 1 FROM {dead_table}.snapshots WHERE summary[:property] = :window_id LIMIT 1",
+        args={"property": DEAD_LETTER_PROPERTY, "window_id": window_id},
+    ).collect()
+    if done:
+        return
+    from spark_jobs.changelog import changelog_schema
+
+    schema = T.StructType(
+        list(changelog_schema().fields)
+        + [T.StructField("reason", T.StringType()), T.StructField("target_table", T.StringType())]
+    )
+    frame = spark.createDataFrame(dead.map(lambda r: r + (None,)), schema)
+    frame.writeTo(dead_table).option(f"snapshot-property.{DEAD_LETTER_PROPERTY}", window_id).append()
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plan", required=True, help="plan file written by the plan task")
+    parser.add_argument("--outcome", required=True, help="where to write the outcome file")
+    parser.add_argument("--result", required=True, help="where to write the result summary")
+    parser.add_argument("--source-overrides", help="ignored: Datastream files need no secrets")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from pyspark.sql import SparkSession
+
+    from spark_jobs.changelog import read_text, write_text
+
+    args = parse_args(argv)
+    spark = SparkSession.builder.getOrCreate()
+    try:
+        plan = WindowPlanFile.from_json(read_text(spark, args.plan))
+        result = extract_datastream_window(spark, plan, args.outcome)
+        write_text(spark, args.result, json.dumps(result, sort_keys=True))
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

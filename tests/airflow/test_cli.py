@@ -1,0 +1,117 @@
+"""The airflow-cdc command: status, inspect-window, reset-stream and lag-chart on a state store."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+from airflow_cdc.cli import main
+from airflow_cdc.model import Window
+
+from cdc_airflow_support import W1, applied
+
+W2 = Window("orders", W1.end, W1.end + timedelta(hours=1))
+STALLED_AT = "2024-05-01T10:20:00.000000Z"
+
+
+def run(*argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    code = main(list(argv), out=out)
+    return code, out.getvalue()
+
+
+def two_windows(store) -> None:
+    """W1 complete; W2 applied with partition b stalled 20 minutes into it."""
+    applied(store, window=W1)
+    store.mark_complete(W1)
+    applied(store, window=W2, b_watermark=W2.start + timedelta(minutes=20))
+
+
+def test_the_console_script_is_installed_and_answers_help():
+    script = Path(sys.executable).parent / "airflow-cdc"
+    proc = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0
+    for command in ("status", "inspect-window", "reset-stream", "lag-chart"):
+        assert command in proc.stdout
+
+
+def test_status_lists_the_stalled_partition_first_with_its_watermark(store):
+    two_windows(store)
+    code, out = run("status", "--stall-seconds", "0")
+    partitions = out.split("partitions:")[1].strip().splitlines()
+    assert code == 0
+    assert "stream orders (test): 2 window(s), complete up to 2024-05-01T10:00:00.000000Z" in out
+    assert partitions[0].split()[1] == "b" and f"watermark {STALLED_AT}" in partitions[0]
+    assert partitions[1].split()[1] == "a"
+
+
+def test_status_shows_the_open_window_before_complete_ones_with_its_lag(store):
+    two_windows(store)
+    code, out = run("status")
+    windows = [
+        " ".join(line.split())
+        for line in out.split("windows:")[1].split("partitions:")[0].strip().splitlines()
+    ]
+    assert code == 0
+    assert "APPLIED low watermark 2024-05-01T10:20:00.000000Z lag 40m00s" in windows[0]
+    assert "COMPLETE low watermark 2024-05-01T10:00:00.000000Z lag 0s" in windows[1]
+
+
+def test_inspect_window_shows_counts_gate_reason_and_partitions(store):
+    two_windows(store)
+    code, out = run("inspect-window", "orders", "2024-05-01T10:00:00Z")
+    flat = " ".join(out.split())
+    assert code == 0
+    assert "state APPLIED (attempt 1)" in flat
+    assert "'changes': 5" in flat
+    assert "lowest b at 2024-05-01T10:20:00.000000Z" in flat
+    assert f"b planned from 2024-05-01T10:00:00.000000Z to {STALLED_AT}, 0 records" in flat
+
+
+def test_inspect_window_of_an_unknown_start_names_the_latest_starts(store, capsys):
+    two_windows(store)
+    code, _ = run("inspect-window", "orders", "2024-05-01T12:00:00Z")
+    assert code == 2
+    assert "latest window starts: ['2024-05-01T09:00:00.000000Z'" in capsys.readouterr().err
+
+
+def test_reset_stream_without_confirmation_changes_nothing(store, monkeypatch):
+    two_windows(store)
+    monkeypatch.setattr("builtins.input", lambda prompt: "no")
+    code, out = run("reset-stream", "orders")
+    assert code == 1 and "nothing was changed" in out
+    assert len(store.list_windows("orders")) == 2
+
+
+def test_reset_stream_confirmed_with_the_stream_id_forgets_the_stream(store, monkeypatch):
+    two_windows(store)
+    monkeypatch.setattr("builtins.input", lambda prompt: "orders")
+    code, out = run("reset-stream", "orders")
+    assert code == 0 and "stream 'orders' reset" in out
+    assert [s.stream_id for s in store.streams()] == []
+
+
+def test_lag_chart_writes_an_svg_with_one_bar_per_window(store, tmp_path):
+    two_windows(store)
+    code, _ = run("lag-chart", "orders", "-o", str(tmp_path / "lag.svg"))
+    svg = (tmp_path / "lag.svg").read_text()
+    assert code == 0
+    assert svg.startswith("<svg") and svg.count('class="window"') == 2
+    assert "2024-05-01T10:00:00.000000Z APPLIED lag 40m00s" in svg
+
+
+def test_lag_chart_writes_a_png(store, tmp_path):
+    two_windows(store)
+    code, _ = run("lag-chart", "orders", "-o", str(tmp_path / "lag.png"))
+    assert code == 0
+    assert (tmp_path / "lag.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_status_reads_the_store_named_by_url_without_printing_a_password(store):
+    two_windows(store)
+    code, out = run("status", "--url", os.environ["AIRFLOW_CDC_STATE_URL"])
+    assert code == 0 and "stream orders" in out
