@@ -98,11 +98,12 @@ class SpannerChangeStreamExtractOperator(CdcExtractOperator):
         self.gcp_conn_id = gcp_conn_id
         self.impersonation_chain = impersonation_chain
         self.pass_credentials = pass_credentials
+        self._resolved_project: str | None = None
 
     def source_datasets(self) -> list:
         from airflow_cdc.lineage import spanner_change_stream_dataset
 
-        return [spanner_change_stream_dataset(self.stream.source_spec)]
+        return [spanner_change_stream_dataset(self.stream.source_spec, self._resolved_project)]
 
     def source_overrides(self, context) -> dict:
         from airflow_cdc.hooks.spanner import SpannerChangeStreamHook
@@ -117,6 +118,7 @@ class SpannerChangeStreamExtractOperator(CdcExtractOperator):
             connection.get("project") or None,
             pass_credentials=self.pass_credentials,
         )
+        self._resolved_project = resolved.project
         return {
             "connection": {
                 "project": resolved.project,
