@@ -19,7 +19,9 @@ import json
 import sys
 from collections.abc import Sequence
 
-from airflow_cdc.model import CHANGELOG_COLUMNS, change_row_to_record
+from datetime import timedelta
+
+from airflow_cdc.model import CHANGELOG_COLUMNS, change_row_to_record, format_ts
 from airflow_cdc.pipeline.files import WindowOutcomeFile, WindowPlanFile
 from airflow_cdc.pipeline.lineage import WindowLineage, check_transactions, run_rounds
 from airflow_cdc.sources.registry import build_source
@@ -39,6 +41,7 @@ def read_partition_task(plan_json: str, position_json: dict):
     key = json.dumps(plan.source, sort_keys=True)
     source = _SOURCES.get(key)
     if source is None:  # one client per executor process, reused across its tasks
+        _log_progress_to_stderr()
         source = _SOURCES[key] = build_source(plan.source)
     read = source.read_partition(plan.window, position_from_json(position_json))
     rows = [
@@ -46,6 +49,31 @@ def read_partition_task(plan_json: str, position_json: dict):
         for row in read.rows
     ]
     return read.outcome, read.transactions, rows
+
+
+def _log_progress_to_stderr() -> None:
+    """Executors' progress lines (records, watermark, lag per partition, at the reader's
+    steady rhythm) go to stderr, which spark-submit hands to the Airflow task log."""
+    import logging
+
+    logger = logging.getLogger("airflow_cdc")
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("airflow-cdc %(levelname)s %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+
+
+def report_round(window, round_number: int, results) -> None:
+    """One line per partition read in a round: records, watermark, lag behind the window end."""
+    for outcome, _ in sorted(results, key=lambda r: r[0].partition_id):
+        lag = max(window.end - outcome.watermark, timedelta(0))
+        print(
+            f"airflow-cdc extract round {round_number}: partition {outcome.partition_id} "
+            f"records={outcome.records} watermark={format_ts(outcome.watermark)} lag={lag} "
+            f"{'finished, children=' + str(len(outcome.children)) if outcome.finished else 'continues'}",
+            flush=True,
+        )
 
 
 def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
@@ -94,6 +122,7 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
         reads.persist(StorageLevel.MEMORY_AND_DISK)
         results = reads.map(lambda r: (r[0], r[1])).collect()
         row_batches.append(reads.flatMap(lambda r: r[2]))
+        report_round(plan.window, lineage.rounds, results)
         return results
 
     outcomes, tallies = run_rounds(lineage, read_round)

@@ -104,3 +104,33 @@ def test_crash_between_changelog_commit_and_state_commit_then_rerun_loses_and_du
     ids = [r.event_id for r in spark.table(table).select("event_id").collect()]
     assert len(ids) == len(set(ids)) == expected
     assert store.get_window(config.stream_id, second.start).committed
+
+
+def test_each_round_reports_every_partition_with_records_watermark_and_lag(capsys):
+    from datetime import datetime, timezone
+
+    from airflow_cdc.model import ChildPartition, PartitionOutcome
+    from spark_jobs.extract import report_round
+
+    start = datetime(2024, 5, 1, 9, tzinfo=timezone.utc)
+    window = Window("s", start, start + timedelta(hours=1))
+    report_round(
+        window,
+        2,
+        [
+            (PartitionOutcome("b", False, start + timedelta(minutes=45), records=7), ()),
+            (
+                PartitionOutcome(
+                    "a", True, start + timedelta(minutes=10), records=3,
+                    children=(ChildPartition("a1", start + timedelta(minutes=10), ("a",)),),
+                ),
+                (),
+            ),
+        ],
+    )
+    assert capsys.readouterr().out.splitlines() == [
+        "airflow-cdc extract round 2: partition a records=3 "
+        "watermark=2024-05-01T09:10:00.000000Z lag=0:50:00 finished, children=1",
+        "airflow-cdc extract round 2: partition b records=7 "
+        "watermark=2024-05-01T09:45:00.000000Z lag=0:15:00 continues",
+    ]
