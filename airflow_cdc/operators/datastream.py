@@ -144,10 +144,10 @@ class DatastreamCommitOperator(CdcCommitWindowOperator):
     """Step 3: record the outcome, keeping events, duplicates, dead letters and idle counts."""
 
     def execute(self, context) -> dict:
-        from airflow_cdc.sources.datastream.window import commit_datastream_window
+        from airflow_cdc.pipeline.protocol import commit_window
 
         window = self.window(context)
-        record = commit_datastream_window(
+        record = commit_window(
             self.state_store(), self.stream_config, window, run_owner(context)
         )
         counts = dict(record.counts or {})

@@ -34,7 +34,9 @@ from airflow_cdc.pipeline.lineage import PendingChild
 SECRET_KEYS = frozenset({"access_token", "password", "credentials", "token"})
 
 
-EXTRACT_ONLY_COUNTS = ("changes", "transactions", "rounds")
+# Counts the state store derives from the outcomes itself; an extract job's other counts
+# (changes, transactions, events, duplicates ...) are recorded as the job reports them.
+STORE_COMPUTED_COUNTS = frozenset({"records", "partitions", "finished", "children"})
 
 
 class WindowNotReadyError(CdcError):
@@ -152,9 +154,7 @@ def commit_window(store, config: StreamConfig, window: Window, owner: str):
         raise WindowNotReadyError(
             f"outcome file {path} is for window {outcome.window_id}, not {window.window_id}"
         )
-    # The store computes records, partitions, finished and children from the outcomes itself;
-    # the job adds what only it can know.
-    extra = {k: outcome.counts[k] for k in EXTRACT_ONLY_COUNTS if k in outcome.counts}
+    extra = {k: v for k, v in outcome.counts.items() if k not in STORE_COMPUTED_COUNTS}
     return store.commit_window(window, owner, list(outcome.outcomes), extra)
 
 

@@ -11,7 +11,8 @@ from airflow_cdc.pipeline.files import WindowOutcomeFile, write_private
 from airflow_cdc.pipeline.protocol import StreamConfig
 from airflow_cdc.sources.datastream import PROGRESS_PARTITION
 from airflow_cdc.sources.datastream.discovery import EventFile, list_local_files, settled_files
-from airflow_cdc.sources.datastream.window import commit_datastream_window, plan_datastream_window
+from airflow_cdc.pipeline.protocol import commit_window
+from airflow_cdc.sources.datastream.window import plan_datastream_window
 from airflow_cdc.state import StateStore
 
 from .support import at, window
@@ -51,7 +52,7 @@ def finish(store, config, index, plan_file, owner="run"):
     write_private(config.outcome_path(window(index)),
                   WindowOutcomeFile(window(index).window_id, tuple(outcomes), (), {"events": 1}).to_json())
     store.mark_extracted(window(index), f"{owner}-{index}", index + 1)
-    return commit_datastream_window(store, config, window(index), f"{owner}-{index}")
+    return commit_window(store, config, window(index), f"{owner}-{index}")
 
 
 def files_of(plan_file) -> list[str]:

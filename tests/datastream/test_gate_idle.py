@@ -13,7 +13,8 @@ from airflow_cdc.model import PartitionOutcome
 from airflow_cdc.pipeline.files import WindowOutcomeFile, write_private
 from airflow_cdc.pipeline.protocol import StreamConfig
 from airflow_cdc.sources.datastream import PROGRESS_PARTITION
-from airflow_cdc.sources.datastream.window import commit_datastream_window, plan_datastream_window
+from airflow_cdc.pipeline.protocol import commit_window
+from airflow_cdc.sources.datastream.window import plan_datastream_window
 from airflow_cdc.state import StateStore
 
 from .support import at, window
@@ -54,7 +55,7 @@ def applied_window(path, tmp_path, *, idle: bool, watermark):
         )
         write_private(config.outcome_path(win), outcome.to_json())
         store.mark_extracted(win, OWNER, 1)
-        commit_datastream_window(store, config, win, OWNER)
+        commit_window(store, config, win, OWNER)
         store.mark_applied(win, OWNER, {})
 
 

@@ -15,12 +15,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from airflow_cdc.model import PartitionPosition, Window, WindowState, format_ts
-from airflow_cdc.pipeline.files import WindowOutcomeFile, WindowPlanFile, write_private
-from airflow_cdc.pipeline.protocol import StreamConfig, WindowNotReadyError
+from airflow_cdc.pipeline.files import WindowPlanFile, write_private
+from airflow_cdc.pipeline.protocol import StreamConfig
 from airflow_cdc.sources.datastream import PROGRESS_PARTITION
 from airflow_cdc.sources.datastream.discovery import EventFile, file_partitions
-
-DATASTREAM_COUNTS = ("changes", "events", "duplicates", "dead_letters", "files", "idle_declared")
 
 
 def plan_datastream_window(
@@ -66,24 +64,3 @@ def plan_datastream_window(
     write_private(path, plan_file.to_json())
     return plan_file
 
-
-def commit_datastream_window(store, config: StreamConfig, window: Window, owner: str):
-    """Record the outcome file in one state-store transaction, with Datastream's counts."""
-    record = store.get_window(window.stream_id, window.start)
-    if record is None:
-        raise WindowNotReadyError(f"window {window.window_id} of {window.stream_id} was never planned")
-    if record.committed:
-        return record
-    path = config.outcome_path(window)
-    if not path.exists():
-        raise WindowNotReadyError(
-            f"window {window.window_id} of {window.stream_id} has no outcome file at {path}: "
-            f"the extract task has not finished; clear it to run it again"
-        )
-    outcome = WindowOutcomeFile.from_json(path.read_text())
-    if outcome.window_id != window.window_id:
-        raise WindowNotReadyError(
-            f"outcome file {path} is for window {outcome.window_id}, not {window.window_id}"
-        )
-    extra = {k: outcome.counts[k] for k in DATASTREAM_COUNTS if k in outcome.counts}
-    return store.commit_window(window, owner, list(outcome.outcomes), extra)
