@@ -21,7 +21,6 @@ Procedure:
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import sys
@@ -314,29 +313,10 @@ def _append_dead_letters(spark, dead_table: str, window_id: str, dead, T) -> Non
     frame.writeTo(dead_table).option(f"snapshot-property.{DEAD_LETTER_PROPERTY}", window_id).append()
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--plan", required=True, help="plan file written by the plan task")
-    parser.add_argument("--outcome", required=True, help="where to write the outcome file")
-    parser.add_argument("--result", required=True, help="where to write the result summary")
-    parser.add_argument("--source-overrides", help="ignored: Datastream files need no secrets")
-    return parser.parse_args(argv)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    from pyspark.sql import SparkSession
+    from spark_jobs.extract import run_extract_job
 
-    from spark_jobs.changelog import read_text, write_text
-
-    args = parse_args(argv)
-    spark = SparkSession.builder.getOrCreate()
-    try:
-        plan = WindowPlanFile.from_json(read_text(spark, args.plan))
-        result = extract_datastream_window(spark, plan, args.outcome)
-        write_text(spark, args.result, json.dumps(result, sort_keys=True))
-    finally:
-        spark.stop()
-    return 0
+    return run_extract_job(extract_datastream_window, argv)
 
 
 if __name__ == "__main__":
