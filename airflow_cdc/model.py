@@ -164,15 +164,18 @@ class ChangeRow:
 
 # The changelog table's columns, in order, with Iceberg/Spark SQL types. spark_jobs builds
 # its schema from this list, so the Airflow side and the Spark side cannot drift apart.
+# Keys and values are maps of column name -> value text (see value_text): a column set to
+# NULL (present, null) differs from one a partial image leaves out (absent), SQL reads them
+# as ``new_values['amount']``, and apply needs no JSON parsing, only a cast per folded value.
 CHANGELOG_COLUMNS: tuple[tuple[str, str], ...] = (
     ("stream", "string"),
     ("window_id", "string"),
     ("source_table", "string"),
     ("op", "string"),
     ("image", "string"),
-    ("keys_json", "string"),
-    ("new_values_json", "string"),
-    ("old_values_json", "string"),
+    ("keys", "map<string,string>"),
+    ("new_values", "map<string,string>"),
+    ("old_values", "map<string,string>"),
     ("column_types_json", "string"),
     ("commit_ts", "timestamp"),
     ("ordering_key", "binary"),
@@ -283,6 +286,37 @@ def encode_ordering_key(*parts: object) -> bytes:
 
 
 # --- changelog records ---------------------------------------------------------------------
+def value_text(value: object) -> str | None:
+    """The changelog's text for one column value; apply types it from the column's type.
+
+    Strings stay as they are; booleans are ``true``/``false``; numbers, lists and dicts are
+    their compact JSON (floats ``NaN``/``Infinity`` included); timestamps are
+    :func:`format_ts` text; bytes are base64. None stays None (a column set to NULL).
+    """
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime):
+        return format_ts(value)
+    if isinstance(value, (bytes, bytearray)):
+        import base64
+
+        return base64.b64encode(bytes(value)).decode("ascii")
+    return _dumps(value)
+
+
+def value_texts(values: dict | None) -> dict[str, str | None] | None:
+    """``values`` as a changelog map: column -> :func:`value_text`, in column-name order.
+
+    The order is canonical so the same change always gives the same map (apply hashes it to
+    tell a redelivery from a clash).
+    """
+    if values is None:
+        return None
+    return {str(name): value_text(values[name]) for name in sorted(values)}
+
+
 def change_row_to_record(row: ChangeRow) -> dict:
     """The changelog table row for ``row``: one value per :data:`CHANGELOG_COLUMNS` entry."""
     return {
@@ -291,9 +325,9 @@ def change_row_to_record(row: ChangeRow) -> dict:
         "source_table": row.source_table,
         "op": Op(row.op).value,
         "image": Image(row.image).value,
-        "keys_json": _dumps(row.keys),
-        "new_values_json": None if row.new_values is None else _dumps(row.new_values),
-        "old_values_json": None if row.old_values is None else _dumps(row.old_values),
+        "keys": value_texts(row.keys),
+        "new_values": value_texts(row.new_values),
+        "old_values": value_texts(row.old_values),
         "column_types_json": _dumps(row.column_types),
         "commit_ts": ensure_utc("commit_ts", row.commit_ts),
         "ordering_key": bytes(row.ordering_key),
@@ -305,18 +339,34 @@ def change_row_to_record(row: ChangeRow) -> dict:
 
 
 def change_row_to_json_line(row: ChangeRow) -> str:
-    """One JSON line for hand-over files (plan/outcome/rows files between Airflow and Spark).
+    """One JSON line for hand-over files (rows files between Airflow and Spark).
 
-    Bytes travel as lowercase hex and timestamps as :func:`format_ts` text.
+    Values keep their JSON types (the line is a ChangeRow, not a changelog row); bytes travel
+    as lowercase hex (the ordering key) or base64 (values), timestamps as :func:`format_ts` text.
     """
-    record = change_row_to_record(row)
-    record["commit_ts"] = format_ts(record["commit_ts"])
-    record["ordering_key"] = record["ordering_key"].hex()
-    return _dumps(record)
+    return _dumps(
+        {
+            "stream": row.stream,
+            "window_id": row.window_id,
+            "source_table": row.source_table,
+            "op": Op(row.op).value,
+            "image": Image(row.image).value,
+            "keys": row.keys,
+            "new_values": row.new_values,
+            "old_values": row.old_values,
+            "column_types": row.column_types,
+            "commit_ts": format_ts(ensure_utc("commit_ts", row.commit_ts)),
+            "ordering_key": bytes(row.ordering_key).hex(),
+            "transaction_id": row.transaction_id,
+            "event_id": row.event_id,
+            "partition_id": row.partition_id,
+            "source_metadata": row.source_metadata,
+        }
+    )
 
 
 def change_row_from_json_line(line: str) -> ChangeRow:
-    """Inverse of :func:`change_row_to_json_line`."""
+    """Inverse of :func:`change_row_to_json_line` (timestamps and bytes in values stay text)."""
     import json
 
     rec = json.loads(line)
@@ -326,16 +376,16 @@ def change_row_from_json_line(line: str) -> ChangeRow:
         source_table=rec["source_table"],
         op=Op(rec["op"]),
         image=Image(rec["image"]),
-        keys=json.loads(rec["keys_json"]),
-        new_values=None if rec["new_values_json"] is None else json.loads(rec["new_values_json"]),
-        old_values=None if rec["old_values_json"] is None else json.loads(rec["old_values_json"]),
-        column_types=json.loads(rec["column_types_json"]),
+        keys=rec["keys"],
+        new_values=rec["new_values"],
+        old_values=rec["old_values"],
+        column_types=rec["column_types"],
         commit_ts=parse_ts(rec["commit_ts"]),
         ordering_key=bytes.fromhex(rec["ordering_key"]),
         transaction_id=rec["transaction_id"],
         event_id=rec["event_id"],
         partition_id=rec["partition_id"],
-        source_metadata=json.loads(rec["source_metadata_json"]),
+        source_metadata=rec["source_metadata"],
     )
 
 

@@ -90,32 +90,27 @@ def build_changelog(spark, table: str, changes: int, keys: int) -> None:
     natural_second = F.col("pos") * step >= window_seconds
     moved = F.col("pos").between(1, 3) & (F.abs(F.xxhash64("n", F.lit(2))) % 12 == 0)
     in_second = natural_second != moved
-    amount = F.format_number((F.col("n") % 100000) / 100, 2)
-    full = F.to_json(
-        F.struct(
-            (F.col("n") % 2 == 0).alias("active"),
-            F.regexp_replace(amount, ",", "").alias("amount"),
-            F.concat(F.lit("name-"), F.col("n").cast("string")).alias("name"),
-            ((F.col("n") % 1000) / 8).alias("score"),
-            F.array(F.lit("a"), F.concat(F.lit("t"), (F.col("n") % 7).cast("string"))).alias("tags"),
-            F.date_format(F.timestamp_micros(micros), "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'").alias("updated"),
-        )
+    amount = F.regexp_replace(F.format_number((F.col("n") % 100000) / 100, 2), ",", "")
+    score = ((F.col("n") % 1000) / 8).cast("string")
+    # Value texts as airflow_cdc.model.value_text writes them, keys in name order.
+    full = F.create_map(
+        F.lit("active"), F.when(F.col("n") % 2 == 0, F.lit("true")).otherwise(F.lit("false")),
+        F.lit("amount"), amount,
+        F.lit("name"), F.concat(F.lit("name-"), F.col("n").cast("string")),
+        F.lit("score"), score,
+        F.lit("tags"), F.to_json(F.array(F.lit("a"), F.concat(F.lit("t"), (F.col("n") % 7).cast("string")))),
+        F.lit("updated"), F.date_format(F.timestamp_micros(micros), "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"),
     )
-    some = F.to_json(
-        F.struct(
-            F.regexp_replace(amount, ",", "").alias("amount"),
-            ((F.col("n") % 1000) / 8).alias("score"),
-        )
-    )
+    some = F.create_map(F.lit("amount"), amount, F.lit("score"), score)
     rows = frame.select(
         F.lit(STREAM).alias("stream"),
         F.when(in_second, F.lit(w2.window_id)).otherwise(F.lit(w1.window_id)).alias("window_id"),
         F.lit("Accounts").alias("source_table"),
         op.alias("op"),
         F.when(partial, "PARTIAL").otherwise("FULL").alias("image"),
-        F.concat(F.lit('{"id":"'), F.col("key").cast("string"), F.lit('"}')).alias("keys_json"),
-        F.when(op == "DELETE", F.lit(None)).when(partial, some).otherwise(full).alias("new_values_json"),
-        F.lit(None).cast("string").alias("old_values_json"),
+        F.create_map(F.lit("id"), F.col("key").cast("string")).alias("keys"),
+        F.when(op == "DELETE", F.lit(None)).when(partial, some).otherwise(full).alias("new_values"),
+        F.lit(None).cast("map<string,string>").alias("old_values"),
         F.lit(COLUMN_TYPES).alias("column_types_json"),
         F.timestamp_micros(micros).alias("commit_ts"),
         # encode_ordering_key(commit_ts): tag 0x02, then micros + 2^63 as 8 big-endian bytes.

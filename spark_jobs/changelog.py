@@ -47,6 +47,7 @@ _SPARK_TYPES = {
     "long": T.LongType,
     "int": T.IntegerType,
     "boolean": T.BooleanType,
+    "map<string,string>": lambda: T.MapType(T.StringType(), T.StringType(), valueContainsNull=True),
 }
 _WINDOW_ID_INDEX = [name for name, _ in CHANGELOG_COLUMNS].index("window_id")
 

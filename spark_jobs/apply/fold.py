@@ -98,12 +98,12 @@ def _names(values: Column) -> Column:
     return F.concat(F.lit("["), F.array_join(values, ", "), F.lit("]"))
 
 
-FOLD_INPUT = ("op", "image", "new_values_json", "commit_ts", "ordering_key")
+FOLD_INPUT = ("op", "image", "keys", "new_values", "commit_ts", "ordering_key")
 
 
 def fold_input(plan: TablePlan) -> tuple[str, ...]:
     """The changelog columns the fold reads (the dead-letter path reads them all)."""
-    return FOLD_INPUT + ("keys_json",) + (("column_types_json",) if plan.bad_declarations else ())
+    return FOLD_INPUT + (("column_types_json",) if plan.bad_declarations else ())
 
 
 def parse_changes(
@@ -111,39 +111,31 @@ def parse_changes(
 ) -> DataFrame:
     """Step 1: the ``carry`` columns plus the key, value texts, touched flags and a row reason.
 
-    ``keys_json`` and ``new_values_json`` are parsed in ONE ``from_json`` call per row (as one
-    document ``{"k": keys, "v": values}``): Spark allocates a new reader for every call, which
-    costs more than the parsing itself. Only rows whose document does not parse are read
-    again, part by part, to tell which part is bad.
+    ``keys`` and ``new_values`` are maps of column name -> value text (``value_text`` in the
+    model), so nothing is parsed here: a column is *touched* when its name is in the map
+    (present, possibly NULL), and the key's text is built from the typed key values.
 
-    Values stay JSON text here; :func:`fold_table` types the folded values only (one per key
-    and column, not one per change). With ``check_values``, every change's values are
-    checked too (for the history, which keeps every change, and for dead-letter reasons).
+    Values stay text here; :func:`fold_table` types the folded values only (one per key and
+    column, not one per change). With ``check_values``, every change's values are checked
+    too (for the history, which keeps every change, and for dead-letter reasons).
 
-    Rows whose key columns are not the target's get the key ``!<keys_json>``: they fold into
+    Rows whose key columns are not the target's get a key starting with ``!``: they fold into
     groups of their own, which are dead-lettered.
 
     All of it runs before the fold's one shuffle, which then carries only the columns the
     fold reads (Spark prunes the others).
     """
     names = fold_columns(plan)
-    keys_json, values_json = F.col("keys_json"), F.col("new_values_json")
-    schema = "struct<k: map<string,string>, v: map<string,string>>"
-    parts = [F.lit('{"k":'), F.coalesce(keys_json, F.lit("null")), F.lit(',"v":'), F.coalesce(values_json, F.lit("null"))]
-    doc = F.from_json(F.concat(*parts, F.lit("}")), schema)
-    keyed = rows.select(*carry, doc.alias("__doc"))
-    whole = F.col("__doc").isNotNull()
-    km = F.when(whole, F.col("__doc.k")).otherwise(F.from_json(keys_json, "map<string,string>"))
-    vm = F.when(whole, F.col("__doc.v")).otherwise(F.from_json(values_json, "map<string,string>"))
-    keyed = keyed.select(*carry, km.alias("__km"), vm.alias("__vm"))
-    km, vm = F.col("__km"), F.col("__vm")
+    km, vm = F.col("keys"), F.col("new_values")
     expected_keys = sorted(plan.key_names)
+    # Cheap (no sort, no lambda): as many keys as expected, and each expected one present.
+    key_fits = F.coalesce(F.size(km) == len(expected_keys), F.lit(False))
+    for name in expected_keys:
+        key_fits = key_fits & F.coalesce(F.map_contains_key(km, name), F.lit(False))
     key_names = F.array_sort(F.map_keys(km))
-    key_fits = F.coalesce(key_names == F.array(*[F.lit(k) for k in expected_keys]), F.lit(False))
     typed_key = key_text([(typed_value(km.getItem(k), plan.key_types[k]), plan.key_types[k]) for k in plan.key_names])
-    key = F.when(key_fits, typed_key).otherwise(F.concat(F.lit("!"), F.coalesce(keys_json, F.lit("null"))))
-    parsed = keyed.select("*", key.alias("__key"), key_fits.alias("__key_fits"), key_names.alias("__key_names"))
-    key_names = F.col("__key_names")
+    key = F.when(key_fits, typed_key).otherwise(F.concat(F.lit("!"), F.coalesce(F.to_json(km), F.lit("null"))))
+    parsed = rows.select(*carry, key.alias("__key"), key_fits.alias("__key_fits"))
     op, image = F.col("op"), F.col("image")
     is_delete = op == "DELETE"
     is_reset = op.isin("INSERT", "READ", "DELETE") | (image == "FULL")
@@ -151,7 +143,7 @@ def parse_changes(
     reasons: list[Column] = [
         F.when(
             ~F.col("__key_fits"),
-            F.when(km.isNull(), F.lit("keys_json is not a JSON object of key columns")).otherwise(
+            F.when(F.coalesce(F.size(km), F.lit(0)) <= 0, F.lit("keys is empty: the row names no key columns")).otherwise(
                 F.concat(
                     F.lit("key columns "),
                     _names(key_names),
@@ -174,17 +166,13 @@ def parse_changes(
         if None in declarations:
             condition = condition | F.col("column_types_json").isNull()
         reasons.append(F.when(condition, F.lit(reason)))
-    reasons.append(
-        F.when(
-            F.col("new_values_json").isNotNull() & vm.isNull(),
-            F.lit("new_values_json is not a JSON object of column values"),
-        )
-    )
-    known_columns = list(plan.columns) + list(plan.key_names)
+    known_columns = list(dict.fromkeys([*plan.columns, *plan.key_names]))
+    # Cheap count of the known columns present; the names of the others only for the reason.
+    known_present = sum(F.coalesce(F.map_contains_key(vm, c), F.lit(False)).cast("int") for c in known_columns)
     undeclared = F.filter(F.map_keys(vm), lambda name: ~name.isin(*known_columns))
     reasons.append(
         F.when(
-            F.size(undeclared) > 0,
+            F.coalesce(F.size(vm), F.lit(0)) > known_present,
             F.concat(
                 F.lit("new_values has column(s) "),
                 _names(undeclared),
@@ -209,7 +197,7 @@ def parse_changes(
         F.coalesce(*reasons).alias("__row_reason"),
         is_delete.alias("__is_delete"),
         is_reset.alias("__is_reset"),
-        F.xxhash64("op", "image", "new_values_json", "commit_ts").alias("__h"),
+        F.xxhash64("op", "image", F.map_keys(vm), F.map_values(vm), "commit_ts").alias("__h"),
         *[
             (is_reset | F.coalesce(F.map_contains_key(vm, name), F.lit(False))).alias(names.values[name][1])
             for name in plan.columns
@@ -292,27 +280,36 @@ def guard_frame(plan: TablePlan, target_before: DataFrame | None, tombstones_bef
 def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
     """Steps 4-5: one row per key with its action, reason, folded values and _cdc_* values.
 
-    The latest change (overall, among resets, and per column among the changes touching it)
-    is found with ``max(struct(ordering_key, ...))``: structs compare field by field, so the
-    ordering key decides (equal ordering keys are clashes, reported above).
+    The fold runs as window functions over each key's changes in ordering-key order (the
+    order :func:`ordered_changes` already sorted them in, so no second sort): the latest live
+    change overall, among resets, and per column among the changes touching it, is the
+    ``last`` non-null of a conditional struct over the key's whole frame; the key's last row
+    then carries the outcome. This is one pass, where a grouped aggregate of structs would
+    be two (Spark plans a partial and a final sort-based aggregate for it). Equal ordering
+    keys are clashes, reported above, so the order within a key is never arbitrary.
     """
     names = fold_columns(plan)
-    live, seq = F.col("__live"), F.col("ordering_key")
-    aggregates = [
-        F.count(F.lit(1)).alias("__changes"),
-        F.count_if(~live).alias("__not_live"),
-        F.max("__clash").alias("__clash"),
-        F.min("__row_reason").alias("__row_reason"),
-        F.max("__in_target").alias("__in_target"),
-        F.max("__tombstoned").alias("__tombstoned"),
-        F.max(F.when(live, F.struct(seq.alias("s"), F.col("op").alias("op"), F.col("commit_ts").alias("ts")))).alias("__last"),
-        F.max(F.when(live & F.col("__is_reset"), F.struct(seq.alias("s"), F.col("__is_delete").alias("d")))).alias("__reset"),
+    live = F.col("__live")
+    by_key = Window.partitionBy("__key").orderBy("ordering_key", "__h")
+    whole = by_key.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+
+    def latest(condition: Column, *fields: Column) -> Column:
+        return F.last(F.when(condition, F.struct(*fields)), ignorenulls=True).over(whole)
+
+    per_key = [
+        F.count(F.lit(1)).over(whole).alias("__changes"),
+        F.count_if(~live).over(whole).alias("__not_live"),
+        F.max("__clash").over(whole).alias("__clash"),
+        F.min("__row_reason").over(whole).alias("__row_reason"),
+        latest(live, F.col("ordering_key").alias("s"), F.col("op").alias("op"), F.col("commit_ts").alias("ts")).alias("__last"),
+        latest(live & F.col("__is_reset"), F.col("ordering_key").alias("s"), F.col("__is_delete").alias("d")).alias("__reset"),
     ]
     for name in plan.columns:
         value, touched = names.values[name]
-        aggregates.append(F.max(F.when(live & F.col(touched), F.struct(seq.alias("s"), F.col(value).alias("v")))).alias(value))
-    folded = changes.groupBy("__key").agg(*aggregates)
-    folded = folded.select(
+        per_key.append(latest(live & F.col(touched), F.col(value).alias("v")).alias(value))
+    last_row = F.lead(F.lit(True)).over(by_key).isNull()
+    folded = changes.select("__key", "__in_target", "__tombstoned", *per_key, last_row.alias("__last_row"))
+    folded = folded.where("__last_row").select(
         "__key", "__changes", "__not_live", "__clash", "__row_reason", "__in_target", "__tombstoned",
         F.col("__last.s").alias("__seq"),
         F.col("__last.op").alias("__last_op"),
@@ -323,17 +320,37 @@ def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
         *[F.col(value).getField("v").alias(value) for value, _ in names.values.values()],
     )
     # Type the folded values (one per key and column) and say why one does not convert.
-    value_problem = F.coalesce(
-        F.lit(None).cast("string"),
-        *[
-            F.when(F.col(touched), _value_problem(name, F.col(value), plan.columns[name]))
-            for name, (value, touched) in names.values.items()
-        ],
-    )
+    # Each value converts once: arrays are parsed into elements first, and a conversion
+    # failed where a present value (or element) typed to NULL.
+    value_names = {v for v, _ in names.values.values()}
+    arrays = {name for name, kind in plan.columns.items() if kind.startswith("array<")}
     folded = folded.select(
-        *[c for c in folded.columns if c not in {v for v, _ in names.values.values()}],
-        *[typed_value(F.col(value), plan.columns[name]).alias(value) for name, (value, _) in names.values.items()],
-        value_problem.alias("__value_problem"),
+        "*", *[F.from_json(F.col(names.values[n][0]), "array<string>").alias(f"{names.values[n][0]}_e") for n in arrays]
+    )
+    typed = []
+    failed = []
+    for name, (value, touched) in names.values.items():
+        raw, kind = F.col(value), plan.columns[name]
+        if name in arrays:
+            elements = F.col(f"{value}_e")
+            typed.append(typed_value(raw, kind, elements=elements).alias(f"{value}_t"))
+            present = F.size(F.filter(elements, lambda x: x.isNotNull()))
+            converted = F.size(F.filter(F.col(f"{value}_t"), lambda x: x.isNotNull()))
+            bad = raw.isNotNull() & (elements.isNull() | (present != converted))
+        else:
+            typed.append(typed_value(raw, kind).alias(f"{value}_t"))
+            bad = F.lit(False) if kind == "string" else raw.isNotNull() & F.col(f"{value}_t").isNull()
+        failed.append(
+            F.when(
+                F.col(touched) & bad,
+                F.concat(F.lit(f"column {name!r} value "), _text(raw), F.lit(f" is not a {kind}")),
+            )
+        )
+    folded = folded.select("*", *typed)
+    folded = folded.select(
+        *[c for c in folded.columns if c not in value_names and not c.endswith(("_e", "_t"))],
+        *[F.col(f"{value}_t").alias(value) for value, _ in names.values.values()],
+        F.coalesce(F.lit(None).cast("string"), *failed).alias("__value_problem"),
     )
 
     clash, reason = F.col("__clash"), F.col("__row_reason")

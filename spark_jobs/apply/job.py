@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -146,7 +147,8 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
     rows = reader.table(changelog).where(
         (F.col("window_id") == F.lit(config.window_id)) & (F.col("stream") == F.lit(config.stream))
     )
-    plans = plan_tables(spark, config, _declarations(rows), lambda table: _first_keys(rows, table))
+    declarations, first_keys = _declarations(rows)
+    plans = plan_tables(spark, config, declarations, first_keys.get)
     result = ApplyResult(
         stream=config.stream,
         window_id=config.window_id,
@@ -182,40 +184,39 @@ def _require_catalog(spark: SparkSession, catalog: str) -> None:
         )
 
 
-def _declarations(rows: DataFrame) -> list[Declaration]:
-    # Grouping by strings with fixed-width aggregates: a hash aggregate, no JSON parsing.
+def _declarations(rows: DataFrame) -> tuple[list[Declaration], dict[str | None, tuple[str, ...] | None]]:
+    """The window's declarations, and per source table the key columns of its first change.
+
+    One hash aggregate over (table, declaration, sorted key names): fixed-width aggregates
+    only, no JSON parsing. A new target takes the key columns of its first change (the
+    earliest commit timestamp; ties go to the smaller set of names, so the choice is stable).
+    """
+    key_names = F.sort_array(F.map_keys("keys"))
     found = (
-        rows.groupBy("source_table", "column_types_json")
+        rows.groupBy("source_table", "column_types_json", key_names.alias("key_names"))
         .agg(F.count(F.lit(1)).alias("rows"), F.min("commit_ts").alias("first_commit_ts"))
         .collect()
     )
-    return [
-        Declaration(
+    merged: dict[tuple[str | None, str | None], Declaration] = {}
+    first: dict[str | None, tuple] = {}
+    for row in found:
+        slot = (row.source_table, row.column_types_json)
+        known = merged.get(slot)
+        earliest = row.first_commit_ts
+        if known is not None:
+            earliest = min((t for t in (earliest, known.first_commit_ts) if t is not None), default=None)
+        merged[slot] = Declaration(
             source_table=row.source_table,
             column_types_json=row.column_types_json,
-            rows=int(row.rows),
-            first_commit_ts=row.first_commit_ts,
+            rows=int(row.rows) + (known.rows if known else 0),
+            first_commit_ts=earliest,
         )
-        for row in found
-    ]
-
-
-def _first_keys(rows: DataFrame, source_table: str | None) -> tuple[str, ...] | None:
-    """The key-column names of the table's first change in the window (a new target's keys)."""
-    first = (
-        _table_rows(rows, source_table)
-        .where(F.col("keys_json").isNotNull())
-        .orderBy("commit_ts", "ordering_key")
-        .select("keys_json")
-        .first()
-    )
-    if first is None:
-        return None
-    try:
-        keys = json.loads(first.keys_json)
-    except json.JSONDecodeError:
-        return None
-    return tuple(sorted(keys)) if isinstance(keys, dict) and keys else None
+        names = tuple(row.key_names or ())
+        if names and row.first_commit_ts is not None:
+            candidate = (row.first_commit_ts, names)
+            if row.source_table not in first or candidate < first[row.source_table]:
+                first[row.source_table] = candidate
+    return list(merged.values()), {table: names for table, (_, names) in first.items()}
 
 
 def _table_rows(rows: DataFrame, source_table: str | None) -> DataFrame:
@@ -293,11 +294,18 @@ def _fold(spark: SparkSession, config: ApplyConfig, plan: TablePlan, rows: DataF
             work.revives += keys
     if result.dead_letter_rows:
         work.dead_letters = dead_letter_rows(parse_changes(table_rows, plan), folded)
-    if not (result.deletes or work.revives):  # else the tombstone MERGE runs anyway, purging too
-        work.purge_due = tombstones_before is not None and bool(
-            tombstones_before.where(F.col("_cdc_commit_ts") < F.lit(config.tombstone_cutoff)).limit(1).count()
-        )
+    # Tombstones past the horizon are purged by the tombstone MERGE, in the same commit; only
+    # when one exists (min over the column: answered from Iceberg's file statistics), since
+    # the purge makes the MERGE rewrite every tombstone file.
+    if tombstones_before is not None:
+        oldest = tombstones_before.agg(F.min("_cdc_commit_ts").alias("oldest")).first().oldest
+        work.purge_due = oldest is not None and _as_utc(oldest) < config.tombstone_cutoff
     return work
+
+
+def _as_utc(value: datetime) -> datetime:
+    """A timestamp Spark returned (naive, in the session's local time zone) as aware UTC."""
+    return value.astimezone(timezone.utc) if value.tzinfo is None else value
 
 
 def _already_applied(work: _TableWork) -> bool:
@@ -374,7 +382,8 @@ def _commit_table(spark: SparkSession, config: ApplyConfig, work: _TableWork) ->
         work.commits["target"] = window_commit(spark, plan.target.qualified, window_id)
         _fault(config, "after_target_commit")
     if work.commits["tombstones"] is None and tombstones_due:
-        merge_tombstones(plan, work.folded, window_id, config.tombstone_cutoff, window_properties(window_id))
+        cutoff = config.tombstone_cutoff if work.purge_due else None
+        merge_tombstones(plan, work.folded, window_id, cutoff, window_properties(window_id))
         work.commits["tombstones"] = window_commit(spark, plan.tombstones.qualified, window_id)
         _fault(config, "after_tombstone_commit")
     if plan.history and work.commits["history"] is None and history_due:

@@ -187,7 +187,7 @@ def _plan_table(
             plan.existing_columns = dict(plan.columns)
             plan.key_types = {k: t for k, t in existing.columns.items() if k in plan.key_names}
     if not plan.key_names:
-        plan.reason = f"no change row of {source_table!r} has key columns in keys_json: rows cannot be addressed"
+        plan.reason = f"no change row of {source_table!r} names key columns (keys is empty): rows cannot be addressed"
         return plan
     for name in plan.key_names:
         problem = _column_name_problem(name)

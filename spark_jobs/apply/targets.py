@@ -119,10 +119,16 @@ def tombstone_source(plan: TablePlan, folded: DataFrame, window_id: str) -> Data
 
 
 def merge_tombstones(
-    plan: TablePlan, folded: DataFrame, window_id: str, cutoff: datetime, properties: dict[str, str]
+    plan: TablePlan, folded: DataFrame, window_id: str, cutoff: datetime | None, properties: dict[str, str]
 ) -> None:
+    """Deletes and revives; with ``cutoff``, also purge tombstones committed before it."""
     cdc = ["_cdc_seq", "_cdc_commit_ts", "_cdc_window"]
     inserted = [*plan.key_names, *cdc]
+    purge = (
+        ""
+        if cutoff is None
+        else f" WHEN NOT MATCHED BY SOURCE AND t._cdc_commit_ts < TIMESTAMP '{format_ts(cutoff)}' THEN DELETE"
+    )
 
     def run(view: str) -> None:
         sql_tagged(
@@ -132,8 +138,8 @@ def merge_tombstones(
             f"{', '.join(f't.{c} = s.{c}' for c in cdc)} "
             f"WHEN MATCHED AND s.__action <> 'DELETE' AND s._cdc_seq > t._cdc_seq THEN DELETE "
             f"WHEN NOT MATCHED AND s.__action = 'DELETE' THEN INSERT ({', '.join(map(_q, inserted))}) "
-            f"VALUES ({', '.join('s.' + _q(c) for c in inserted)}) "
-            f"WHEN NOT MATCHED BY SOURCE AND t._cdc_commit_ts < TIMESTAMP '{format_ts(cutoff)}' THEN DELETE",
+            f"VALUES ({', '.join('s.' + _q(c) for c in inserted)})"
+            f"{purge}",
             properties,
         )
 

@@ -1,10 +1,10 @@
-"""JSON text -> typed Spark values, and the test that says a value did not convert.
+"""Value text -> typed Spark values, and the test that says a value did not convert.
 
-Change rows carry values as JSON (``new_values_json``, ``keys_json``). Apply reads them as
-``map<string,string>``: Spark then gives each present value as text (a JSON string without its
-quotes, any other value as its JSON text) and keeps the difference between a column set to
-NULL (key present, value null) and a column absent from a partial image (key missing).
-This module turns that text into a column of the target's Spark type.
+Changelog rows carry keys and values as ``map<string,string>`` (``keys``, ``new_values``):
+each present value is text (:func:`airflow_cdc.model.value_text`: a string as is, any other
+value as its JSON text), and a column set to NULL (key present, value null) differs from a
+column absent from a partial image (key missing). This module turns that text into a column
+of the target's Spark type.
 
 Encodings, as Spanner change streams and :func:`airflow_cdc.model.change_row_to_record` write
 them: integers as numbers or decimal strings, floats also as ``"NaN"``/``"Infinity"``, bytes

@@ -85,10 +85,9 @@ class Changes:
 
 
 def changelog_schema():
-    from pyspark.sql import types as T
+    from spark_jobs.changelog import changelog_schema as schema
 
-    kinds = {"string": T.StringType(), "timestamp": T.TimestampType(), "binary": T.BinaryType()}
-    return T.StructType([T.StructField(name, kinds[kind], True) for name, kind in CHANGELOG_COLUMNS])
+    return schema()
 
 
 def write_changelog(spark, table: str, rows: list[ChangeRow]) -> None:
@@ -146,8 +145,10 @@ class Lake:
         return apply_window(self.spark, self.config(win, **overrides))
 
     def rows(self, name: str, order_by: str = "id") -> list[dict]:
-        """A table's rows, read with Spark, as dicts ordered by ``order_by``."""
-        frame = self.spark.table(self.table(name)).orderBy(*order_by.split(","))
+        """A table's rows, read with Spark, as dicts ordered by ``order_by`` (SQL expressions)."""
+        from pyspark.sql import functions as F
+
+        frame = self.spark.table(self.table(name)).orderBy(*[F.expr(e) for e in order_by.split(",")])
         return [row.asDict(recursive=True) for row in frame.collect()]
 
     def pyiceberg_rows(self, name: str, order_by: str = "id") -> list[dict]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import json
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,7 +16,9 @@ from airflow_cdc.model import (
     Op,
     Window,
     change_row_to_json_line,
+    change_row_to_record,
     encode_ordering_key,
+    format_ts,
 )
 
 # Kept small: 2 cores on every machine of the project.
@@ -70,8 +71,13 @@ def write_change_rows(path: Path, rows: Sequence[ChangeRow]) -> Path:
 
 
 def expected_records(rows: Sequence[ChangeRow]) -> list[dict]:
-    """The changelog rows ``rows`` must become, in the model codec's text form, by event id."""
-    records = (json.loads(change_row_to_json_line(row)) for row in rows)
+    """The changelog rows ``rows`` must become (hex ordering keys, format_ts times), by event id."""
+    records = []
+    for row in rows:
+        record = change_row_to_record(row)
+        record["commit_ts"] = format_ts(record["commit_ts"])
+        record["ordering_key"] = record["ordering_key"].hex()
+        records.append(record)
     return sorted(records, key=lambda record: record["event_id"])
 
 
@@ -88,13 +94,13 @@ class TableReader:
     def records(self, table: str) -> list[dict]:
         """Every changelog row in the model codec's text form (hex bytes, format_ts times)."""
         rows = self.spark.sql(
-            "SELECT stream, window_id, source_table, op, image, keys_json, new_values_json, "
-            "old_values_json, column_types_json, "
+            "SELECT stream, window_id, source_table, op, image, keys, new_values, "
+            "old_values, column_types_json, "
             "date_format(commit_ts, \"yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'\") AS commit_ts, "
             "lower(hex(ordering_key)) AS ordering_key, transaction_id, event_id, partition_id, "
             f"source_metadata_json FROM {self.catalog}.{table} ORDER BY event_id"
         ).collect()
-        return [row.asDict() for row in rows]
+        return [row.asDict(recursive=True) for row in rows]
 
     def snapshots(self, table: str) -> list[dict]:
         """Snapshots oldest first: id, operation, window tag, added records."""
@@ -103,7 +109,7 @@ class TableReader:
             "CAST(coalesce(summary['added-records'], '0') AS INT) AS added_records "
             f"FROM {self.catalog}.{table}.snapshots ORDER BY committed_at"
         ).collect()
-        return [row.asDict() for row in rows]
+        return [row.asDict(recursive=True) for row in rows]
 
     def day_partitions(self, table: str) -> list[tuple[str, int]]:
         rows = self.spark.sql(
