@@ -57,7 +57,13 @@ from spark_jobs.apply.fold import (
     parse_changes,
 )
 from spark_jobs.apply.schema import Declaration, TablePlan, plan_tables, prepare_target
-from spark_jobs.apply.targets import append_target, merge_history, merge_target, merge_tombstones
+from spark_jobs.apply.targets import (
+    append_target,
+    append_tombstones,
+    merge_history,
+    merge_target,
+    merge_tombstones,
+)
 
 
 class ApplyError(CdcError):
@@ -126,6 +132,7 @@ class _TableWork:
     folded: DataFrame | None = None
     changes: DataFrame | None = None
     target_before: DataFrame | None = None
+    tombstones_before: DataFrame | None = None
     dead_letters: DataFrame | None = None
     purge_due: bool = False
     deletes_in_target: int = 0
@@ -147,8 +154,7 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
     rows = reader.table(changelog).where(
         (F.col("window_id") == F.lit(config.window_id)) & (F.col("stream") == F.lit(config.stream))
     )
-    declarations, first_keys = _declarations(rows)
-    plans = plan_tables(spark, config, declarations, first_keys.get)
+    plans = plan_tables(spark, config, _declarations(rows), lambda table: _first_keys(rows, table))
     result = ApplyResult(
         stream=config.stream,
         window_id=config.window_id,
@@ -184,39 +190,41 @@ def _require_catalog(spark: SparkSession, catalog: str) -> None:
         )
 
 
-def _declarations(rows: DataFrame) -> tuple[list[Declaration], dict[str | None, tuple[str, ...] | None]]:
-    """The window's declarations, and per source table the key columns of its first change.
+def _declarations(rows: DataFrame) -> list[Declaration]:
+    """The window's distinct (source table, declaration), each with a count and first commit.
 
-    One hash aggregate over (table, declaration, sorted key names): fixed-width aggregates
-    only, no JSON parsing. A new target takes the key columns of its first change (the
-    earliest commit timestamp; ties go to the smaller set of names, so the choice is stable).
+    Primitive columns only, so Iceberg reads them vectorized; a hash aggregate with
+    fixed-width aggregates, no JSON parsing.
     """
-    key_names = F.sort_array(F.map_keys("keys"))
     found = (
-        rows.groupBy("source_table", "column_types_json", key_names.alias("key_names"))
+        rows.groupBy("source_table", "column_types_json")
         .agg(F.count(F.lit(1)).alias("rows"), F.min("commit_ts").alias("first_commit_ts"))
         .collect()
     )
-    merged: dict[tuple[str | None, str | None], Declaration] = {}
-    first: dict[str | None, tuple] = {}
-    for row in found:
-        slot = (row.source_table, row.column_types_json)
-        known = merged.get(slot)
-        earliest = row.first_commit_ts
-        if known is not None:
-            earliest = min((t for t in (earliest, known.first_commit_ts) if t is not None), default=None)
-        merged[slot] = Declaration(
+    return [
+        Declaration(
             source_table=row.source_table,
             column_types_json=row.column_types_json,
-            rows=int(row.rows) + (known.rows if known else 0),
-            first_commit_ts=earliest,
+            rows=int(row.rows),
+            first_commit_ts=row.first_commit_ts,
         )
-        names = tuple(row.key_names or ())
-        if names and row.first_commit_ts is not None:
-            candidate = (row.first_commit_ts, names)
-            if row.source_table not in first or candidate < first[row.source_table]:
-                first[row.source_table] = candidate
-    return list(merged.values()), {table: names for table, (_, names) in first.items()}
+        for row in found
+    ]
+
+
+def _first_keys(rows: DataFrame, source_table: str | None) -> tuple[str, ...] | None:
+    """The key-column names of the table's first change in the window (a new target's keys).
+
+    Asked only for a table without a target yet, so its maps are read once per table.
+    """
+    first_change = F.struct("commit_ts", "ordering_key")
+    found = (
+        _table_rows(rows, source_table)
+        .where(F.size("keys") > 0)
+        .agg(F.min_by(F.sort_array(F.map_keys("keys")), first_change).alias("names"))
+        .first()
+    )
+    return tuple(found.names) if found is not None and found.names else None
 
 
 def _table_rows(rows: DataFrame, source_table: str | None) -> DataFrame:
@@ -264,6 +272,7 @@ def _fold(spark: SparkSession, config: ApplyConfig, plan: TablePlan, rows: DataF
     # it read is written; a checkpoint is never recomputed.
     folded = fold_table(changes, plan).localCheckpoint(eager=True)
     work.folded, work.changes, work.target_before = folded, changes, target_before
+    work.tombstones_before = tombstones_before
 
     counts = (
         folded.groupBy("__action", "__in_target", "__tombstoned")
@@ -382,8 +391,11 @@ def _commit_table(spark: SparkSession, config: ApplyConfig, work: _TableWork) ->
         work.commits["target"] = window_commit(spark, plan.target.qualified, window_id)
         _fault(config, "after_target_commit")
     if work.commits["tombstones"] is None and tombstones_due:
-        cutoff = config.tombstone_cutoff if work.purge_due else None
-        merge_tombstones(plan, work.folded, window_id, cutoff, window_properties(window_id))
+        if work.tombstones_before is None:  # no tombstones yet: nothing to match or purge
+            append_tombstones(plan, work.folded, window_id, window_properties(window_id))
+        else:
+            cutoff = config.tombstone_cutoff if work.purge_due else None
+            merge_tombstones(plan, work.folded, window_id, cutoff, window_properties(window_id))
         work.commits["tombstones"] = window_commit(spark, plan.tombstones.qualified, window_id)
         _fault(config, "after_tombstone_commit")
     if plan.history and work.commits["history"] is None and history_due:

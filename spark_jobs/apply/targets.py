@@ -118,6 +118,13 @@ def tombstone_source(plan: TablePlan, folded: DataFrame, window_id: str) -> Data
     )
 
 
+def append_tombstones(plan: TablePlan, folded: DataFrame, window_id: str, properties: dict[str, str]) -> None:
+    """The first commit of an empty tombstone table: every deleted key is a new tombstone."""
+    source = tombstone_source(plan, folded, window_id).where(F.col("__action") == "DELETE")
+    columns = [*plan.key_names, "_cdc_seq", "_cdc_commit_ts", "_cdc_window"]
+    append_tagged(source.select(*[F.col(_q(c)) for c in columns]), plan.tombstones.qualified, properties)
+
+
 def merge_tombstones(
     plan: TablePlan, folded: DataFrame, window_id: str, cutoff: datetime | None, properties: dict[str, str]
 ) -> None:
