@@ -85,14 +85,46 @@ def require_catalog(spark: SparkSession, catalog: str) -> None:
         )
 
 
+class ChangelogFormatError(CdcError):
+    """A changelog table's columns are not the ones this version reads and writes."""
+
+
 def create_changelog_table(spark: SparkSession, table: str) -> None:
-    """Create the changelog table ``table`` (qualified, validated) unless it exists."""
+    """Create the changelog table ``table`` (qualified, validated) unless it exists; check it."""
     columns = ", ".join(f"{name} {kind}" for name, kind in CHANGELOG_COLUMNS)
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING iceberg "
         f"PARTITIONED BY ({CHANGELOG_PARTITIONING}) "
         f"TBLPROPERTIES ('format-version' = '2')"
     )
+    check_changelog_columns(spark, table)
+
+
+def check_changelog_columns(spark: SparkSession, table: str) -> None:
+    """Fail before any read or write when ``table`` lacks a changelog column of this version.
+
+    Extra columns are allowed (a user may add some); a missing one or another type is not,
+    e.g. a changelog written before keys and values became maps (``keys_json`` text).
+    """
+    found = {field.name: field.dataType.simpleString() for field in spark.table(table).schema.fields}
+    wrong = [
+        f"{name} {kind} (found: {found[name] if name in found else 'no such column'})"
+        for name, kind in CHANGELOG_COLUMNS
+        if found.get(name) != kind
+    ]
+    if wrong:
+        legacy = sorted(set(found) & {"keys_json", "new_values_json", "old_values_json"})
+        hint = (
+            f" It has {legacy}: it was written by an earlier airflow-cdc, which kept keys and "
+            f"values as JSON text."
+            if legacy
+            else ""
+        )
+        raise ChangelogFormatError(
+            f"changelog table {table} does not have the changelog columns this version "
+            f"needs: {'; '.join(wrong)}.{hint} Fix: point the pipeline at a new changelog table "
+            f"(or rename this one) and replay the windows from the source; nothing was written"
+        )
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from spark_jobs.apply.commits import (
     window_properties,
 )
 from spark_jobs.apply.config import ApplyConfig
+from spark_jobs.changelog import check_changelog_columns
 from spark_jobs.apply.dead_letters import create_dead_letter_table, in_table_order
 from spark_jobs.apply.fold import (
     dead_letter_rows,
@@ -150,6 +151,7 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
             f"changelog table {changelog} does not exist: the extract step creates it; check "
             f"changelog_table and the catalog's warehouse"
         )
+    check_changelog_columns(spark, changelog)
     reader = spark.read.option("split-size", str(config.changelog_split_size))
     rows = reader.table(changelog).where(
         (F.col("window_id") == F.lit(config.window_id)) & (F.col("stream") == F.lit(config.stream))

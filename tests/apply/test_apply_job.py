@@ -48,3 +48,23 @@ def test_entry_point_refuses_a_bad_config_before_starting_spark(tmp_path, capsys
                                   "targets": {"namespace": "cur", "mapping": {"A": "bad-name"}}}))
     assert apply_job.main(["--job-config", str(config)]) == 2
     assert "'bad-name' is not an identifier" in capsys.readouterr().err
+
+
+def test_a_changelog_of_the_old_json_text_format_is_refused_naming_the_columns_and_the_fix(lake):
+    import pytest
+
+    from spark_jobs.changelog import ChangelogFormatError
+
+    lake.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS lake.{lake.namespace}")
+    lake.spark.sql(
+        f"CREATE TABLE {lake.changelog} (stream string, window_id string, source_table string, "
+        f"op string, image string, keys_json string, new_values_json string, old_values_json string, "
+        f"column_types_json string, commit_ts timestamp, ordering_key binary) USING iceberg"
+    )
+
+    with pytest.raises(ChangelogFormatError) as refused:
+        lake.apply(window(0))
+
+    assert "new_values map<string,string> (found: no such column)" in str(refused.value)
+    assert "earlier airflow-cdc" in str(refused.value)
+    assert not lake.exists("Accounts")

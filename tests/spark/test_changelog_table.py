@@ -33,3 +33,24 @@ def test_extra_snapshot_properties_are_committed_in_the_window_snapshot(tmp_path
     assert summary["airflow-cdc.window-id"] == WINDOW.window_id
     assert summary["airflow-cdc.outcome-file"] == "/plans/w3.outcome.json"
     assert summary["added-records"] == "2"
+
+
+def test_a_changelog_table_of_the_old_json_text_format_is_refused_before_any_write(tmp_path, spark):
+    import pytest
+
+    from spark_jobs.changelog import ChangelogFormatError
+
+    tables = open_warehouse(spark, tmp_path / "warehouse")
+    table = f"{tables.catalog}.cdc.legacy_changelog"
+    spark.sql(
+        f"CREATE TABLE {table} (stream string, window_id string, keys_json string, "
+        f"new_values_json string, commit_ts timestamp) USING iceberg"
+    )
+
+    with pytest.raises(ChangelogFormatError) as refused:
+        create_changelog_table(spark, table)
+
+    message = str(refused.value)
+    assert "keys map<string,string> (found: no such column)" in message
+    assert "['keys_json', 'new_values_json']" in message and "new changelog table" in message
+    assert spark.sql(f"SELECT * FROM {table}.snapshots").count() == 0
