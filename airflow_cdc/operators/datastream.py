@@ -132,12 +132,7 @@ class DatastreamPlanOperator(CdcWindowOperator):
 class DatastreamExtractOperator(CdcExtractOperator):
     """Step 2: the same protocol as every extract, running ``datastream_extract.py``."""
 
-    def run_job(self, spec) -> None:
-        from dataclasses import replace
-
-        from airflow_cdc.spark.job import spark_job_application
-
-        super().run_job(replace(spec, application=spark_job_application("datastream_extract")))
+    job_entry_point = "datastream_extract"
 
 
 class DatastreamCommitOperator(CdcCommitWindowOperator):
@@ -158,19 +153,12 @@ class DatastreamCommitOperator(CdcCommitWindowOperator):
 class DatastreamWindowCompleteSensor(CdcWindowCompleteSensor):
     """The shared gate; a window declared complete by the idle timeout is marked as such."""
 
-    def _complete(self, context, store, window, reason: str, polls: int | None = None) -> dict:
+    def completeness(self, store, window, reason: str) -> tuple[str, dict]:
         record = store.get_window(window.stream_id, window.start)
         idle = bool(record is not None and (record.counts or {}).get("idle_declared"))
         if idle:
             reason = f"{IDLE_NOTE}: no events arrived and the idle timeout passed; {reason}"
-        summary = super()._complete(context, store, window, reason, polls=polls)
-        outlet_events = context.get("outlet_events")
-        if outlet_events is not None:
-            for asset in self.asset_outlets:
-                extra = dict(outlet_events[asset].extra or {})
-                extra["completeness"] = IDLE_NOTE if idle else "evidence"
-                outlet_events[asset].extra = extra
-        return {**summary, "completeness": IDLE_NOTE if idle else "evidence"}
+        return reason, {"completeness": IDLE_NOTE if idle else "evidence"}
 
 
 def DatastreamPipeline(  # noqa: N802 - a factory named like the group it makes

@@ -167,7 +167,12 @@ class CdcSparkOperator(CdcWindowOperator):
 
 
 class CdcExtractOperator(CdcSparkOperator):
-    """Step 2: the extract Spark job reads the planned partitions into the changelog."""
+    """Step 2: the extract Spark job reads the planned partitions into the changelog.
+
+    A source's extract sets ``job_entry_point``: the name of its job in ``spark_jobs``.
+    """
+
+    job_entry_point = "extract"
 
     def source_overrides(self, context) -> dict:
         """Short-lived secrets the job needs (written to a 0600 file, removed afterwards)."""
@@ -212,7 +217,7 @@ class CdcExtractOperator(CdcSparkOperator):
             write_private(overrides_path, json.dumps(overrides))
             args += ["--source-overrides", str(overrides_path)]
         spec = iceberg_job_spec(
-            "extract",
+            self.job_entry_point,
             self.iceberg_catalog,
             args,
             name=f"cdc-extract-{window.stream_id}-{format_ts(window.start)}",

@@ -166,18 +166,27 @@ class CdcWindowCompleteSensor(BaseSensorOperator):
         self._complete(context, store, window, gate.reason, polls=event.get("polls"))
 
     # --- both ---------------------------------------------------------------------------------
+    def completeness(self, store, window, reason: str) -> tuple[str, dict]:
+        """The note recorded with the window, and fields added to its summary and Asset extra.
+
+        A source overrides this to say how completeness was established (Datastream: the
+        idle timeout). The gate's rule itself is the same for every source.
+        """
+        return reason, {}
+
     def _complete(self, context, store, window, reason: str, polls: int | None = None) -> dict:
-        record = store.mark_complete(window, completeness_note=reason)
-        summary = window_summary(record)
+        note, fields = self.completeness(store, window, reason)
+        record = store.mark_complete(window, completeness_note=note)
+        summary = {**window_summary(record), **fields}
         context["ti"].xcom_push(key="window_summary", value=summary)
-        extra = asset_event_extra(summary)
+        extra = {**asset_event_extra(window_summary(record)), **fields}
         outlet_events = context.get("outlet_events")
         for asset in self.asset_outlets:
             if outlet_events is not None:
                 outlet_events[asset].extra = dict(extra)
         mirror_task_progress(context, "gate", {**summary, "deferred_polls": polls})
         mirror_asset_watermark(context, self.asset_outlets, summary, log=self.log)
-        self.log.info("window %s is complete: %s", window.window_id, reason)
+        self.log.info("window %s is complete: %s", window.window_id, note)
         return summary
 
     @property
