@@ -26,7 +26,6 @@ from airflow.providers.common.compat.sdk import TaskGroup
 from airflow_cdc.hooks.state import DEFAULT_CONN_ID
 from airflow_cdc.model import validate_identifier
 from airflow_cdc.operators.window import (
-    CdcApplyOperator,
     CdcCommitWindowOperator,
     CdcExtractOperator,
     CdcWindowOperator,
@@ -195,53 +194,41 @@ def DatastreamPipeline(  # noqa: N802 - a factory named like the group it makes
     """
     from airflow.sdk.definitions._internal.contextmanager import DagContext
 
-    from airflow_cdc.lineage import pipeline_assets
-    from airflow_cdc.operators.pipeline import refuse_zero_width_schedule
+    from airflow_cdc.operators.pipeline import ProtocolSteps, protocol_group, refuse_zero_width_schedule
 
     refuse_zero_width_schedule(dag or DagContext.get_current())
     stream = datastream_stream_config(
         stream_id=stream_id, prefix=prefix, namespace=namespace, work_root=work_root
     )
-    common = dict(
-        stream=stream, catalog=catalog, cdc_state_conn_id=cdc_state_conn_id,
-        lease_seconds=lease_seconds,
+    steps = ProtocolSteps(
+        plan=DatastreamPlanOperator,
+        extract=DatastreamExtractOperator,
+        commit=DatastreamCommitOperator,
+        gate=DatastreamWindowCompleteSensor,
+        plan_args={
+            "gcp_conn_id": gcp_conn_id,
+            "impersonation_chain": impersonation_chain,
+            "settle_seconds": settle_seconds,
+            "allowed_lateness": allowed_lateness,
+            "idle_timeout": idle_timeout,
+        },
     )
-    spark = dict(spark_conn_id=spark_conn_id, spark_conf=spark_conf)
-    group_args = {"dag": dag} if dag is not None else {}
-    with TaskGroup(group_id=group_id, **group_args) as group:
-        plan = DatastreamPlanOperator(
-            task_id="plan",
-            gcp_conn_id=gcp_conn_id,
-            impersonation_chain=impersonation_chain,
-            settle_seconds=settle_seconds,
-            allowed_lateness=allowed_lateness,
-            idle_timeout=idle_timeout,
-            **common,
-        )
-        extract = DatastreamExtractOperator(task_id="extract", **common, **spark)
-        commit = DatastreamCommitOperator(task_id="commit", **common)
-        apply = CdcApplyOperator(
-            task_id="apply",
-            targets=targets,
-            on_dead_letter=on_dead_letter,
-            tombstone_horizon_seconds=tombstone_horizon_seconds,
-            **common,
-            **spark,
-        )
-        gate = DatastreamWindowCompleteSensor(
-            task_id="gate",
-            stream_id=stream.stream_id,
-            cdc_state_conn_id=cdc_state_conn_id,
-            poke_interval=gate_poke_interval,
-            timeout=gate_timeout,
-            soft_fail=gate_soft_fail,
-            deferrable=deferrable,
-            outlets=pipeline_assets(
-                catalog=catalog,
-                changelog_table=stream.changelog_table,
-                targets=targets,
-                source_tables=source_tables,
-            ),
-        )
-        plan >> extract >> commit >> apply >> gate
-    return group
+    return protocol_group(
+        group_id=group_id,
+        stream=stream,
+        steps=steps,
+        catalog=catalog,
+        targets=targets,
+        on_dead_letter=on_dead_letter,
+        tombstone_horizon_seconds=tombstone_horizon_seconds,
+        cdc_state_conn_id=cdc_state_conn_id,
+        spark_conn_id=spark_conn_id,
+        spark_conf=spark_conf,
+        lease_seconds=lease_seconds,
+        gate_poke_interval=gate_poke_interval,
+        gate_timeout=gate_timeout,
+        gate_soft_fail=gate_soft_fail,
+        deferrable=deferrable,
+        source_tables=source_tables,
+        dag=dag,
+    )

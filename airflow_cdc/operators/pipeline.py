@@ -13,6 +13,7 @@ plan >> extract >> commit >> apply >> gate, each an ordinary, retryable Airflow 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from airflow.providers.common.compat.sdk import TaskGroup
@@ -42,6 +43,87 @@ def refuse_zero_width_schedule(dag) -> None:
             f"CronDataIntervalTimetable('<cron>', timezone='UTC') or "
             f"DeltaDataIntervalTimetable(timedelta(...)) from airflow.timetables"
         )
+
+
+@dataclass(frozen=True)
+class ProtocolSteps:
+    """A source's operator classes for the protocol's steps, and their source arguments.
+
+    ``apply`` is the same for every source: the changelog is source-agnostic.
+    """
+
+    plan: type
+    extract: type
+    commit: type = CdcCommitWindowOperator
+    gate: type = CdcWindowCompleteSensor
+    plan_args: Mapping[str, Any] = field(default_factory=dict)
+    extract_args: Mapping[str, Any] = field(default_factory=dict)
+
+
+def protocol_group(
+    *,
+    group_id: str,
+    stream,
+    steps: ProtocolSteps,
+    catalog: IcebergCatalog | None,
+    targets: Mapping[str, Any] | None,
+    on_dead_letter: str,
+    tombstone_horizon_seconds: int,
+    cdc_state_conn_id: str,
+    spark_conn_id: str | None,
+    spark_conf: Mapping[str, str] | None,
+    lease_seconds: float,
+    gate_poke_interval: float,
+    gate_timeout: float,
+    gate_soft_fail: bool,
+    deferrable: bool | None,
+    source_tables: Sequence[str] | None,
+    dag=None,
+) -> TaskGroup:
+    """The TaskGroup ``plan >> extract >> commit >> apply >> gate`` for one stream.
+
+    Every source's factory builds its ``StreamConfig`` and step classes, then calls this,
+    so the wiring, the shared arguments and the gate's Assets are the same for all.
+    """
+    from airflow_cdc.lineage import pipeline_assets
+
+    common = dict(
+        stream=stream,
+        catalog=catalog,
+        cdc_state_conn_id=cdc_state_conn_id,
+        lease_seconds=lease_seconds,
+    )
+    spark = dict(spark_conn_id=spark_conn_id, spark_conf=spark_conf)
+    group_args = {"dag": dag} if dag is not None else {}
+    with TaskGroup(group_id=group_id, **group_args) as group:
+        plan = steps.plan(task_id="plan", **steps.plan_args, **common)
+        extract = steps.extract(task_id="extract", **steps.extract_args, **common, **spark)
+        commit = steps.commit(task_id="commit", **common)
+        apply = CdcApplyOperator(
+            task_id="apply",
+            targets=targets,
+            on_dead_letter=on_dead_letter,
+            tombstone_horizon_seconds=tombstone_horizon_seconds,
+            **common,
+            **spark,
+        )
+        gate = steps.gate(
+            task_id="gate",
+            stream_id=stream.stream_id,
+            cdc_state_conn_id=cdc_state_conn_id,
+            poke_interval=gate_poke_interval,
+            timeout=gate_timeout,
+            soft_fail=gate_soft_fail,
+            deferrable=deferrable,
+            outlets=pipeline_assets(
+                catalog=catalog,
+                changelog_table=stream.changelog_table,
+                targets=targets,
+                source_tables=source_tables,
+            ),
+        )
+        plan >> extract >> commit >> apply >> gate
+    return group
 
 
 def SpannerChangeStreamPipeline(  # noqa: N802 - a factory named like the group it makes
@@ -84,8 +166,6 @@ def SpannerChangeStreamPipeline(  # noqa: N802 - a factory named like the group 
     """
     from airflow.sdk.definitions._internal.contextmanager import DagContext
 
-    from airflow_cdc.lineage import pipeline_assets
-
     refuse_zero_width_schedule(dag or DagContext.get_current())
     stream = spanner_stream_config(
         stream_id=stream_id,
@@ -98,46 +178,27 @@ def SpannerChangeStreamPipeline(  # noqa: N802 - a factory named like the group 
         namespace=namespace,
         work_root=work_root,
     )
-    common = dict(
-        stream=stream,
-        catalog=catalog,
-        cdc_state_conn_id=cdc_state_conn_id,
-        lease_seconds=lease_seconds,
+    steps = ProtocolSteps(
+        plan=SpannerChangeStreamPlanOperator,
+        extract=SpannerChangeStreamExtractOperator,
+        extract_args={"gcp_conn_id": gcp_conn_id, "impersonation_chain": impersonation_chain},
     )
-    spark = dict(spark_conn_id=spark_conn_id, spark_conf=spark_conf)
-    group_args = {"dag": dag} if dag is not None else {}
-    with TaskGroup(group_id=group_id, **group_args) as group:
-        plan = SpannerChangeStreamPlanOperator(task_id="plan", **common)
-        extract = SpannerChangeStreamExtractOperator(
-            task_id="extract",
-            gcp_conn_id=gcp_conn_id,
-            impersonation_chain=impersonation_chain,
-            **common,
-            **spark,
-        )
-        commit = CdcCommitWindowOperator(task_id="commit", **common)
-        apply = CdcApplyOperator(
-            task_id="apply",
-            targets=targets,
-            on_dead_letter=on_dead_letter,
-            tombstone_horizon_seconds=tombstone_horizon_seconds,
-            **common,
-            **spark,
-        )
-        gate = CdcWindowCompleteSensor(
-            task_id="gate",
-            stream_id=stream.stream_id,
-            cdc_state_conn_id=cdc_state_conn_id,
-            poke_interval=gate_poke_interval,
-            timeout=gate_timeout,
-            soft_fail=gate_soft_fail,
-            deferrable=deferrable,
-            outlets=pipeline_assets(
-                catalog=catalog,
-                changelog_table=stream.changelog_table,
-                targets=targets,
-                source_tables=source_tables,
-            ),
-        )
-        plan >> extract >> commit >> apply >> gate
-    return group
+    return protocol_group(
+        group_id=group_id,
+        stream=stream,
+        steps=steps,
+        catalog=catalog,
+        targets=targets,
+        on_dead_letter=on_dead_letter,
+        tombstone_horizon_seconds=tombstone_horizon_seconds,
+        cdc_state_conn_id=cdc_state_conn_id,
+        spark_conn_id=spark_conn_id,
+        spark_conf=spark_conf,
+        lease_seconds=lease_seconds,
+        gate_poke_interval=gate_poke_interval,
+        gate_timeout=gate_timeout,
+        gate_soft_fail=gate_soft_fail,
+        deferrable=deferrable,
+        source_tables=source_tables,
+        dag=dag,
+    )
