@@ -297,12 +297,8 @@ def value_text(value: object) -> str | None:
         return value
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, datetime):
-        return format_ts(value)
-    if isinstance(value, (bytes, bytearray)):
-        import base64
-
-        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, (datetime, bytes, bytearray)):
+        return _json_default(value)  # the same text they have inside JSON
     return _dumps(value)
 
 

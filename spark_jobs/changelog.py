@@ -216,6 +216,44 @@ def append_window(
     return snapshot_id
 
 
+# Snapshot summary property holding the window's outcome (WindowOutcomeFile JSON), committed
+# with the window's rows so a re-run on any machine restores it without reading the source.
+OUTCOME_PROPERTY = "airflow-cdc.outcome"
+
+
+def recorded_window_result(spark: SparkSession, table: str, window_id: str, outcome_path: str) -> dict | None:
+    """An extract re-run's result: the earlier commit's outcome, written to ``outcome_path`` again.
+
+    None when the window has no commit with a snapshot yet (the job must read the source).
+    """
+    from airflow_cdc.pipeline.files import WindowOutcomeFile
+
+    earlier = find_window_commit(spark, table, window_id)
+    if earlier is None or earlier.snapshot_id is None:
+        return None
+    recorded = snapshot_summary(spark, table, earlier.snapshot_id).get(OUTCOME_PROPERTY)
+    if recorded is None:
+        raise RuntimeError(
+            f"changelog commit {earlier.snapshot_id} of window {window_id} in {table} "
+            f"carries no {OUTCOME_PROPERTY!r}: it was not written by the extract job"
+        )
+    outcome = WindowOutcomeFile.from_json(recorded)
+    write_text(spark, outcome_path, outcome.to_json())
+    return {"skipped": True, "snapshot_id": earlier.snapshot_id, "counts": outcome.counts}
+
+
+def commit_window_with_outcome(
+    spark: SparkSession, table: str, frame: DataFrame, outcome, outcome_path: str
+) -> dict:
+    """Append the window's rows and its outcome in one commit, then write the outcome file."""
+    create_changelog_table(spark, table)
+    snapshot_id = append_window(
+        spark, table, outcome.window_id, frame, extra_properties={OUTCOME_PROPERTY: outcome.to_json()}
+    )
+    write_text(spark, outcome_path, outcome.to_json())
+    return {"skipped": False, "snapshot_id": snapshot_id, "counts": outcome.counts}
+
+
 def snapshot_summary(spark: SparkSession, table: str, snapshot_id: int) -> dict[str, str]:
     """The summary properties of one snapshot of ``table`` ({} if it no longer exists)."""
     rows = spark.sql(

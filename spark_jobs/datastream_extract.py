@@ -40,7 +40,6 @@ from airflow_cdc.sources.datastream.events import (
 )
 from airflow_cdc.sources.datastream.progress import idle_declared, progress_watermark
 
-OUTCOME_PROPERTY = "airflow-cdc.outcome"
 # Marks the extract job's dead-letter commit; apply tags its own with the window property.
 DEAD_LETTER_PROPERTY = "airflow-cdc.extract-dead-letters"
 CORRUPT_COLUMN = "_corrupt_record"
@@ -187,29 +186,14 @@ def extract_datastream_window(spark, plan: WindowPlanFile, outcome_path: str) ->
     from pyspark import StorageLevel
     from pyspark.sql import types as T
 
-    from spark_jobs.changelog import (
-        append_window,
-        changelog_schema,
-        create_changelog_table,
-        find_window_commit,
-        snapshot_summary,
-        write_text,
-    )
+    from spark_jobs.changelog import changelog_schema, commit_window_with_outcome, recorded_window_result
 
     table = plan.changelog_table
     window, window_id = plan.window, plan.window.window_id
     stream = window.stream_id
-    earlier = find_window_commit(spark, table, window_id)
-    if earlier is not None and earlier.snapshot_id is not None:
-        recorded = snapshot_summary(spark, table, earlier.snapshot_id).get(OUTCOME_PROPERTY)
-        if recorded is None:
-            raise RuntimeError(
-                f"changelog commit {earlier.snapshot_id} of window {window_id} in {table} "
-                f"carries no {OUTCOME_PROPERTY!r}: it was not written by the extract job"
-            )
-        outcome = WindowOutcomeFile.from_json(recorded)
-        write_text(spark, outcome_path, outcome.to_json())
-        return {"skipped": True, "snapshot_id": earlier.snapshot_id, "counts": outcome.counts}
+    recorded = recorded_window_result(spark, table, window_id, outcome_path)
+    if recorded is not None:
+        return recorded
 
     options = plan.options
     files = [p for p in plan.positions if p.partition_id != PROGRESS_PARTITION]
@@ -276,14 +260,10 @@ def extract_datastream_window(spark, plan: WindowPlanFile, outcome_path: str) ->
         pending_children=(),
         counts=counts,
     )
-    create_changelog_table(spark, table)
-    snapshot_id = append_window(
-        spark, table, window_id, frame, extra_properties={OUTCOME_PROPERTY: outcome.to_json()}
-    )
-    write_text(spark, outcome_path, outcome.to_json())
+    result = commit_window_with_outcome(spark, table, frame, outcome, outcome_path)
     frame.unpersist()
     results.unpersist()
-    return {"skipped": False, "snapshot_id": snapshot_id, "counts": counts}
+    return result
 
 
 def _append_dead_letters(spark, dead_table: str, window_id: str, dead, T) -> None:

@@ -26,10 +26,6 @@ from airflow_cdc.pipeline.files import WindowOutcomeFile, WindowPlanFile
 from airflow_cdc.pipeline.lineage import WindowLineage, check_transactions, run_rounds
 from airflow_cdc.sources.registry import build_source
 
-# The window's outcome travels inside its changelog commit, so a re-run on any machine
-# restores it even when the first run's files are gone.
-OUTCOME_PROPERTY = "airflow-cdc.outcome"
-
 _SOURCES: dict[str, object] = {}
 
 
@@ -80,33 +76,13 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
     """Steps 1-4 above; returns the result summary."""
     from pyspark import StorageLevel
 
-    from spark_jobs.changelog import (
-        append_window,
-        changelog_schema,
-        create_changelog_table,
-        find_window_commit,
-        snapshot_summary,
-        write_text,
-    )
+    from spark_jobs.changelog import changelog_schema, commit_window_with_outcome, recorded_window_result
 
     table = plan.changelog_table
     window_id = plan.window.window_id
-    earlier = find_window_commit(spark, table, window_id)
-    if earlier is not None and earlier.snapshot_id is not None:
-        summary = snapshot_summary(spark, table, earlier.snapshot_id)
-        recorded = summary.get(OUTCOME_PROPERTY)
-        if recorded is None:
-            raise RuntimeError(
-                f"changelog commit {earlier.snapshot_id} of window {window_id} in {table} "
-                f"carries no {OUTCOME_PROPERTY!r}: it was not written by the extract job"
-            )
-        outcome = WindowOutcomeFile.from_json(recorded)
-        write_text(spark, outcome_path, outcome.to_json())
-        return {
-            "skipped": True,
-            "snapshot_id": earlier.snapshot_id,
-            "counts": outcome.counts,
-        }
+    recorded = recorded_window_result(spark, table, window_id, outcome_path)
+    if recorded is not None:
+        return recorded
 
     from airflow_cdc.pipeline.files import position_to_json
 
@@ -146,13 +122,9 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
         pending_children=tuple(lineage.still_pending),
         counts=counts,
     )
-    create_changelog_table(spark, table)
-    snapshot_id = append_window(
-        spark, table, window_id, frame, extra_properties={OUTCOME_PROPERTY: outcome.to_json()}
-    )
-    write_text(spark, outcome_path, outcome.to_json())
+    result = commit_window_with_outcome(spark, table, frame, outcome, outcome_path)
     frame.unpersist()
-    return {"skipped": False, "snapshot_id": snapshot_id, "counts": counts}
+    return result
 
 
 def with_source_overrides(plan: WindowPlanFile, overrides: dict) -> WindowPlanFile:

@@ -40,7 +40,7 @@ from pyspark.sql import functions as F
 
 from airflow_cdc.model import CHANGELOG_COLUMNS
 from spark_jobs.apply.schema import TablePlan
-from spark_jobs.apply.values import bad_value, typed_value
+from spark_jobs.apply.values import bad_value, conversion_failed, typed_value
 
 OPS = ("INSERT", "UPDATE", "DELETE", "READ")
 IMAGES = ("FULL", "PARTIAL")
@@ -331,15 +331,9 @@ def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
     failed = []
     for name, (value, touched) in names.values.items():
         raw, kind = F.col(value), plan.columns[name]
-        if name in arrays:
-            elements = F.col(f"{value}_e")
-            typed.append(typed_value(raw, kind, elements=elements).alias(f"{value}_t"))
-            present = F.size(F.filter(elements, lambda x: x.isNotNull()))
-            converted = F.size(F.filter(F.col(f"{value}_t"), lambda x: x.isNotNull()))
-            bad = raw.isNotNull() & (elements.isNull() | (present != converted))
-        else:
-            typed.append(typed_value(raw, kind).alias(f"{value}_t"))
-            bad = F.lit(False) if kind == "string" else raw.isNotNull() & F.col(f"{value}_t").isNull()
+        elements = F.col(f"{value}_e") if name in arrays else None
+        typed.append(typed_value(raw, kind, elements=elements).alias(f"{value}_t"))
+        bad = conversion_failed(raw, F.col(f"{value}_t"), kind, elements)
         failed.append(
             F.when(
                 F.col(touched) & bad,

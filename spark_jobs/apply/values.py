@@ -54,15 +54,23 @@ def typed_value(raw: Column, spark_type: str, elements: Column | None = None) ->
 
 def bad_value(raw: Column, spark_type: str, elements: Column | None = None) -> Column:
     """True where ``raw`` is present and not NULL but does not convert to ``spark_type``."""
-    array = _ARRAY.match(spark_type)
-    if array:
-        element = array.group(1)
-        if elements is None:
-            elements = F.from_json(raw, "array<string>")
-        return raw.isNotNull() & (
-            elements.isNull()
-            | F.exists(elements, lambda x: x.isNotNull() & typed_value(x, element).isNull())
-        )
+    if _ARRAY.match(spark_type) and elements is None:
+        elements = F.from_json(raw, "array<string>")
+    return conversion_failed(raw, typed_value(raw, spark_type, elements), spark_type, elements)
+
+
+def conversion_failed(raw: Column, typed: Column, spark_type: str, elements: Column | None = None) -> Column:
+    """True where ``typed`` (:func:`typed_value` of ``raw``) lost a present value.
+
+    A scalar failed when ``raw`` is present but ``typed`` is NULL. An array failed when its
+    text is not a JSON array (``elements`` NULL), or when fewer of its elements than of
+    ``elements`` are non-NULL (one did not convert). Strings never fail.
+    """
     if spark_type == "string":
         return F.lit(False)
-    return raw.isNotNull() & typed_value(raw, spark_type).isNull()
+    if _ARRAY.match(spark_type):
+        assert elements is not None, "arrays need their parsed elements"
+        present = F.size(F.filter(elements, lambda x: x.isNotNull()))
+        converted = F.size(F.filter(typed, lambda x: x.isNotNull()))
+        return raw.isNotNull() & (elements.isNull() | (present != converted))
+    return raw.isNotNull() & typed.isNull()
