@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -306,17 +305,11 @@ def _fold(spark: SparkSession, config: ApplyConfig, plan: TablePlan, rows: DataF
     if result.dead_letter_rows:
         work.dead_letters = dead_letter_rows(parse_changes(table_rows, plan), folded)
     # Tombstones past the horizon are purged by the tombstone MERGE, in the same commit; only
-    # when one exists (min over the column: answered from Iceberg's file statistics), since
-    # the purge makes the MERGE rewrite every tombstone file.
-    if tombstones_before is not None:
-        oldest = tombstones_before.agg(F.min("_cdc_commit_ts").alias("oldest")).first().oldest
-        work.purge_due = oldest is not None and _as_utc(oldest) < config.tombstone_cutoff
+    # when one exists, since the purge makes the MERGE rewrite every tombstone file.
+    work.purge_due = tombstones_before is not None and bool(
+        tombstones_before.where(F.col("_cdc_commit_ts") < F.lit(config.tombstone_cutoff)).limit(1).count()
+    )
     return work
-
-
-def _as_utc(value: datetime) -> datetime:
-    """A timestamp Spark returned (naive, in the session's local time zone) as aware UTC."""
-    return value.astimezone(timezone.utc) if value.tzinfo is None else value
 
 
 def _already_applied(work: _TableWork) -> bool:
