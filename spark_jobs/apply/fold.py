@@ -133,9 +133,16 @@ def parse_changes(
     for name in expected_keys:
         key_fits = key_fits & F.coalesce(F.map_contains_key(km, name), F.lit(False))
     key_names = F.array_sort(F.map_keys(km))
-    typed_key = key_text([(typed_value(km.getItem(k), plan.key_types[k]), plan.key_types[k]) for k in plan.key_names])
+    # Each key value is looked up and typed once; the key text and the bad-value test use it.
+    raw_keys = {k: F.col(f"__rk{i}") for i, k in enumerate(plan.key_names)}
+    typed_keys = {k: F.col(f"__tk{i}") for i, k in enumerate(plan.key_names)}
+    parsed = rows.select(*carry, *[km.getItem(k).alias(f"__rk{i}") for i, k in enumerate(plan.key_names)])
+    parsed = parsed.select(
+        "*", *[typed_value(raw_keys[k], plan.key_types[k]).alias(f"__tk{i}") for i, k in enumerate(plan.key_names)]
+    )
+    typed_key = key_text([(typed_keys[k], plan.key_types[k]) for k in plan.key_names])
     key = F.when(key_fits, typed_key).otherwise(F.concat(F.lit("!"), F.coalesce(F.to_json(km), F.lit("null"))))
-    parsed = rows.select(*carry, key.alias("__key"), key_fits.alias("__key_fits"))
+    parsed = parsed.select("*", key.alias("__key"), key_fits.alias("__key_fits"))
     op, image = F.col("op"), F.col("image")
     is_delete = op == "DELETE"
     is_reset = op.isin("INSERT", "READ", "DELETE") | (image == "FULL")
@@ -167,8 +174,20 @@ def parse_changes(
             condition = condition | F.col("column_types_json").isNull()
         reasons.append(F.when(condition, F.lit(reason)))
     known_columns = list(dict.fromkeys([*plan.columns, *plan.key_names]))
-    # Cheap count of the known columns present; the names of the others only for the reason.
-    known_present = sum(F.coalesce(F.map_contains_key(vm, c), F.lit(False)).cast("int") for c in known_columns)
+    # Each known column is looked up once: present when its value is not NULL, and only for
+    # a NULL value (absent, or set to NULL) is the key searched for. The count of known
+    # columns present is the cheap test for unknown ones, whose names only the reason lists.
+    looked_up = {c: F.col(f"__g{i}") for i, c in enumerate(known_columns)}
+    parsed = parsed.select("*", *[vm.getItem(c).alias(f"__g{i}") for i, c in enumerate(known_columns)])
+    parsed = parsed.select(
+        "*",
+        *[
+            (looked_up[c].isNotNull() | F.coalesce(F.map_contains_key(vm, c), F.lit(False))).alias(f"__p{i}")
+            for i, c in enumerate(known_columns)
+        ],
+    )
+    present = {c: F.col(f"__p{i}") for i, c in enumerate(known_columns)}
+    known_present = sum(present[c].cast("int") for c in known_columns)
     undeclared = F.filter(F.map_keys(vm), lambda name: ~name.isin(*known_columns))
     reasons.append(
         F.when(
@@ -181,16 +200,16 @@ def parse_changes(
         )
     )
     for name in plan.key_names:
-        raw = km.getItem(name)
+        raw = raw_keys[name]
         reasons.append(
             F.when(
-                bad_value(raw, plan.key_types[name]),
+                conversion_failed(raw, typed_keys[name], plan.key_types[name]),
                 F.concat(F.lit(f"key column {name!r} value "), _text(raw), F.lit(f" is not a {plan.key_types[name]}")),
             )
         )
     if check_values:
         for name, spark_type in plan.columns.items():
-            reasons.append(F.when(~is_delete, _value_problem(name, vm.getItem(name), spark_type)))
+            reasons.append(F.when(~is_delete, _value_problem(name, looked_up[name], spark_type)))
     parsed = parsed.select(
         *carry,
         "__key",
@@ -199,10 +218,10 @@ def parse_changes(
         is_reset.alias("__is_reset"),
         F.xxhash64("op", "image", F.map_keys(vm), F.map_values(vm), "commit_ts").alias("__h"),
         *[
-            (is_reset | F.coalesce(F.map_contains_key(vm, name), F.lit(False))).alias(names.values[name][1])
+            (is_reset | present[name]).alias(names.values[name][1])
             for name in plan.columns
         ],
-        *[F.when(~is_delete, vm.getItem(name)).alias(names.values[name][0]) for name in plan.columns],
+        *[F.when(~is_delete, looked_up[name]).alias(names.values[name][0]) for name in plan.columns],
     )
     return parsed
 

@@ -222,10 +222,11 @@ def _first_keys(rows: DataFrame, source_table: str | None) -> tuple[str, ...] | 
     found = (
         _table_rows(rows, source_table)
         .where(F.size("keys") > 0)
-        .agg(F.min_by(F.sort_array(F.map_keys("keys")), first_change).alias("names"))
+        .agg(F.min_by(F.map_keys("keys"), first_change).alias("names"))
         .first()
     )
-    return tuple(found.names) if found is not None and found.names else None
+    # Sorted here, once, rather than per row (code-point order: Spark's order of UTF-8 text).
+    return tuple(sorted(found.names)) if found is not None and found.names else None
 
 
 def _table_rows(rows: DataFrame, source_table: str | None) -> DataFrame:

@@ -37,6 +37,8 @@ def typed_value(raw: Column, spark_type: str, elements: Column | None = None) ->
         element = array.group(1)
         if elements is None:
             elements = F.from_json(raw, "array<string>")
+        if element == "string":  # the parsed elements are the values (no per-element lambda)
+            return elements
         return F.transform(elements, lambda x: typed_value(x, element))
     if spark_type in ("bigint", "int", "smallint", "tinyint"):
         return F.when(raw.rlike(_INTEGER), F.trim(raw).cast(spark_type))
@@ -68,8 +70,11 @@ def conversion_failed(raw: Column, typed: Column, spark_type: str, elements: Col
     """
     if spark_type == "string":
         return F.lit(False)
-    if _ARRAY.match(spark_type):
+    array = _ARRAY.match(spark_type)
+    if array:
         assert elements is not None, "arrays need their parsed elements"
+        if array.group(1) == "string":  # elements never fail to convert to strings
+            return raw.isNotNull() & elements.isNull()
         present = F.size(F.filter(elements, lambda x: x.isNotNull()))
         converted = F.size(F.filter(typed, lambda x: x.isNotNull()))
         return raw.isNotNull() & (elements.isNull() | (present != converted))
