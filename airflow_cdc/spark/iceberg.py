@@ -265,13 +265,19 @@ def local_session(
     master: str = "local[2]",
     extra_conf: dict[str, str] | None = None,
 ):
-    """A SparkSession with ``catalog`` configured (pyspark imported here, not at module level)."""
+    """A SparkSession with ``catalog`` configured (pyspark imported here, not at module level).
+
+    A local session usually runs many windows' jobs (the demo, tests, a notebook), each planning
+    a few dozen distinct generated classes; Spark's default cache of 100 evicts them between
+    windows, so every window compiled its code again. A larger cache keeps them.
+    """
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name).master(master)
     conf = {
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "4",
+        "spark.sql.codegen.cache.maxEntries": "1000",
         "spark.ui.enabled": "false",
         **catalog.spark_conf(),
         **(extra_conf or {}),
