@@ -27,6 +27,25 @@ os.environ.pop("AIRFLOW_CDC_STATE_URL", None)
 os.environ.pop("SPANNER_EMULATOR_HOST", None)
 
 
+@pytest.fixture
+def audit_events():
+    """``audit_events(run, task_id)``: a task's state changes as Airflow's audit log recorded them."""
+
+    def events(run, task_id: str) -> list[str]:
+        from airflow.models.log import Log
+        from airflow.utils.session import create_session
+        from sqlalchemy import select
+
+        with create_session() as session:
+            return list(
+                session.scalars(
+                    select(Log.event).where(Log.run_id == run.run_id, Log.task_id == task_id).order_by(Log.id)
+                )
+            )
+
+    return events
+
+
 @pytest.fixture(scope="session")
 def airflow_db():
     """The session's Airflow metadata DB, migrated once (for tests that run DAGs)."""

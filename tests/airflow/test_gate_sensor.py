@@ -54,22 +54,6 @@ def task_state(run, task_id="window_complete"):
         )
 
 
-def audit_events(run, task_id="window_complete") -> list[str]:
-    """The task's state changes as Airflow's audit log recorded them."""
-    from airflow.models.log import Log
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        return list(
-            session.scalars(
-                select(Log.event)
-                .where(Log.run_id == run.run_id, Log.task_id == task_id)
-                .order_by(Log.id)
-            )
-        )
-
-
 @pytest.fixture(scope="module")
 def sandbox(airflow_db, tmp_path_factory):
     """A state store (through $AIRFLOW_CDC_STATE_URL) and the gate DAG's environment."""
@@ -91,8 +75,8 @@ def completed(sandbox):
     return gate_dag().test(logical_date=W1.end)
 
 
-def test_deferrable_gate_defers_to_the_trigger_and_resumes_to_success(completed):
-    assert audit_events(completed) == ["running", "deferred", "running", "success"]
+def test_deferrable_gate_defers_to_the_trigger_and_resumes_to_success(completed, audit_events):
+    assert audit_events(completed, "window_complete") == ["running", "deferred", "running", "success"]
     assert task_state(completed) == "success"
 
 
@@ -169,11 +153,11 @@ def test_stalled_window_with_soft_fail_skips_the_gate(sandbox):
     assert task_state(run, "report") == "skipped"
 
 
-def test_poke_mode_gate_completes_the_window_without_deferring(sandbox):
+def test_poke_mode_gate_completes_the_window_without_deferring(sandbox, audit_events):
     # W2's partition b stalled; W3 carries it to W3's end, past W2's end.
     applied(sandbox, window=W3)
     run = gate_dag(CDC_GATE_DEFERRABLE="false").test(logical_date=W2.end)
-    assert "deferred" not in audit_events(run)
+    assert "deferred" not in audit_events(run, "window_complete")
     assert task_state(run) == "success"
     assert sandbox.get_window("orders", W2.start).state is WindowState.COMPLETE
 

@@ -196,22 +196,6 @@ def test_clearing_and_rerunning_a_middle_window_changes_nothing(replay):
     ]
 
 
-def audit_events(run, task_id: str) -> list[str]:
-    """A task's state changes as Airflow's audit log recorded them."""
-    from airflow.models.log import Log
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        return list(
-            session.scalars(
-                select(Log.event)
-                .where(Log.run_id == run.run_id, Log.task_id == task_id)
-                .order_by(Log.id)
-            )
-        )
-
-
 def asset_events(run) -> dict[str, dict]:
     """Asset name -> extra of the events the run emitted."""
     from airflow.models.asset import AssetEvent, AssetModel
@@ -227,7 +211,7 @@ def asset_events(run) -> dict[str, dict]:
     return {name: extra for name, extra in rows}
 
 
-def test_every_window_gate_deferred_to_its_trigger_and_resumed(replay):
+def test_every_window_gate_deferred_to_its_trigger_and_resumed(replay, audit_events):
     assert [audit_events(replay["runs"][end], GATE) for end in replay["ends"]] == [
         ["running", "deferred", "running", "success"]
     ] * len(replay["ends"])
