@@ -182,6 +182,29 @@ _EVENT_INDEX = _COLUMN_NAMES.index("event_id")
 _PARTITION_INDEX = _COLUMN_NAMES.index("partition_id")
 
 
+def _seen_event_ids(spark, table: str, stream: str, frame):
+    """The event ids this stream already wrote that this window's events could repeat.
+
+    A redelivered event is the same event (same uuid, same source_timestamp, so the same
+    ``commit_ts``), so only the rows within the commit times of this window's events are read
+    (and only the stream's, though a changelog table holds one stream): literal bounds that Iceberg prunes by partition (``days(commit_ts)``) and file
+    statistics, so the read no longer grows with the whole changelog. Rows without a commit
+    time (none are written today) are always compared.
+    """
+    from pyspark.sql import functions as F
+
+    bounds = frame.agg(F.min(F.unix_micros("commit_ts")).alias("lo"), F.max(F.unix_micros("commit_ts")).alias("hi")).first()
+    in_range = F.col("commit_ts").isNull()
+    if bounds.lo is not None:
+        in_range = in_range | F.col("commit_ts").between(F.timestamp_micros(F.lit(bounds.lo)), F.timestamp_micros(F.lit(bounds.hi)))
+    return (
+        spark.table(table)
+        .where((F.col("stream") == F.lit(stream)) & in_range & F.col("event_id").isNotNull())
+        .select("event_id")
+        .distinct()
+    )
+
+
 def extract_datastream_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
     from pyspark import StorageLevel
     from pyspark.sql import types as T
@@ -214,8 +237,7 @@ def extract_datastream_window(spark, plan: WindowPlanFile, outcome_path: str) ->
     unique = rows.keyBy(lambda r: r[1][_EVENT_INDEX]).reduceByKey(_first_by_uuid).values()
     frame = spark.createDataFrame(unique.map(lambda r: r[1]), changelog_schema())
     if spark.catalog.tableExists(table):
-        seen = spark.table(table).select("event_id").where("event_id IS NOT NULL").distinct()
-        frame = frame.join(seen, "event_id", "left_anti").select(*_COLUMN_NAMES)
+        frame = frame.join(_seen_event_ids(spark, table, stream, frame), "event_id", "left_anti").select(*_COLUMN_NAMES)
     frame.persist(StorageLevel.MEMORY_AND_DISK)
     changes = frame.count()
 

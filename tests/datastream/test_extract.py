@@ -80,6 +80,17 @@ def test_malformed_lines_and_files_go_to_dead_letters_and_nothing_else_is_lost(
     assert any("no primary key" in r for r in reasons)
 
 
+def test_a_duplicate_at_the_earliest_commit_time_of_a_later_window_is_found_and_dropped(spark, tmp_path, namespace):
+    first = mysql({"id": 1, "name": "x"}, pos=10, when=at(5))
+    later = mysql({"id": 2, "name": "y"}, pos=20, when=at(40))
+    run_extract(spark, namespace, tmp_path, window(0), [write_json_events(tmp_path / "w0.jsonl", [first])])
+
+    run = run_extract(spark, namespace, tmp_path, window(1), [write_json_events(tmp_path / "w1.jsonl", [first, later])])
+
+    assert run.result["counts"]["duplicates"] == 1
+    assert changelog(spark, namespace, "event_id") == sorted([(first["uuid"],), (later["uuid"],)])
+
+
 def test_rerun_of_an_extracted_window_writes_nothing_and_restores_its_outcome(
     spark, tmp_path, namespace
 ):
