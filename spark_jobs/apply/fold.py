@@ -32,8 +32,9 @@ Procedure (:func:`fold_table`):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import reduce
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -107,9 +108,13 @@ def fold_input(plan: TablePlan) -> tuple[str, ...]:
 
 
 def parse_changes(
-    rows: DataFrame, plan: TablePlan, carry: Sequence[str] = tuple(_RAW_COLUMNS), check_values: bool = True
+    rows: DataFrame,
+    plan: TablePlan,
+    carry: Sequence[str] = tuple(_RAW_COLUMNS),
+    check_values: bool = True,
+    reasons: bool = True,
 ) -> DataFrame:
-    """Step 1: the ``carry`` columns plus the key, value texts, touched flags and a row reason.
+    """Step 1: the ``carry`` columns plus the key, value texts, touched flags and row problems.
 
     ``keys`` and ``new_values`` are maps of column name -> value text (``value_text`` in the
     model), so nothing is parsed here: a column is *touched* when its name is in the map
@@ -118,6 +123,13 @@ def parse_changes(
     Values stay text here; :func:`fold_table` types the folded values only (one per key and
     column, not one per change). With ``check_values``, every change's values are checked
     too (for the history, which keeps every change, and for dead-letter reasons).
+
+    A row that cannot be applied as written is flagged by the rules of :func:`_row_problems`.
+    With ``reasons`` the row gets ``__row_reason``, the text of the first rule it breaks (the
+    dead-letter path); without, only ``__row_bad`` (the fold, which needs no more). The flag
+    keeps the whole parse in the scan's generated code: some reason texts (sorted or filtered
+    name lists) are expressions Spark only interprets, and one such expression anywhere in a
+    projection makes Spark interpret the whole of it, for every row.
 
     Rows whose key columns are not the target's get a key starting with ``!``: they fold into
     groups of their own, which are dead-lettered.
@@ -132,53 +144,23 @@ def parse_changes(
     key_fits = F.coalesce(F.size(km) == len(expected_keys), F.lit(False))
     for name in expected_keys:
         key_fits = key_fits & F.coalesce(F.map_contains_key(km, name), F.lit(False))
-    key_names = F.array_sort(F.map_keys(km))
     # Each key value is looked up and typed once; the key text and the bad-value test use it.
-    raw_keys = {k: F.col(f"__rk{i}") for i, k in enumerate(plan.key_names)}
-    typed_keys = {k: F.col(f"__tk{i}") for i, k in enumerate(plan.key_names)}
     parsed = rows.select(*carry, *[km.getItem(k).alias(f"__rk{i}") for i, k in enumerate(plan.key_names)])
     parsed = parsed.select(
-        "*", *[typed_value(raw_keys[k], plan.key_types[k]).alias(f"__tk{i}") for i, k in enumerate(plan.key_names)]
+        "*", *[typed_value(F.col(f"__rk{i}"), plan.key_types[k]).alias(f"__tk{i}") for i, k in enumerate(plan.key_names)]
     )
-    typed_key = key_text([(typed_keys[k], plan.key_types[k]) for k in plan.key_names])
-    key = F.when(key_fits, typed_key).otherwise(F.concat(F.lit("!"), F.coalesce(F.to_json(km), F.lit("null"))))
+    typed_key = key_text([(F.col(f"__tk{i}"), plan.key_types[k]) for i, k in enumerate(plan.key_names)])
+    # The text of a key map that is not the target's: names and values in the map's order
+    # (the writers store names sorted), so one such map is one group.
+    other_key = F.concat(F.lit("!"), F.concat_ws("\u0001", F.map_keys(km), F.map_values(km)))
+    key = F.when(key_fits, typed_key).otherwise(other_key)
     parsed = parsed.select("*", key.alias("__key"), key_fits.alias("__key_fits"))
-    op, image = F.col("op"), F.col("image")
-    is_delete = op == "DELETE"
-    is_reset = op.isin("INSERT", "READ", "DELETE") | (image == "FULL")
-
-    reasons: list[Column] = [
-        F.when(
-            ~F.col("__key_fits"),
-            F.when(F.coalesce(F.size(km), F.lit(0)) <= 0, F.lit("keys is empty: the row names no key columns")).otherwise(
-                F.concat(
-                    F.lit("key columns "),
-                    _names(key_names),
-                    F.lit(
-                        f" differ from the key columns {expected_keys} of target {plan.target}: the "
-                        f"row cannot be matched to a target row"
-                    ),
-                )
-            ),
-        ),
-        F.when(~op.isin(*OPS) | op.isNull(), F.concat(F.lit("op "), _text(op), F.lit(" is not one of " + ", ".join(OPS)))),
-        F.when(
-            ~is_delete & (~image.isin(*IMAGES) | image.isNull()),
-            F.concat(F.lit("image "), _text(image), F.lit(" is not FULL or PARTIAL")),
-        ),
-    ]
-    for reason, declarations in _group_by_reason(plan.bad_declarations).items():
-        known = [d for d in declarations if d is not None]
-        condition = F.col("column_types_json").isin(*known) if known else F.lit(False)
-        if None in declarations:
-            condition = condition | F.col("column_types_json").isNull()
-        reasons.append(F.when(condition, F.lit(reason)))
     known_columns = list(dict.fromkeys([*plan.columns, *plan.key_names]))
     # Each known column is looked up once: present when its value is not NULL, and only for
     # a NULL value (absent, or set to NULL) is the key searched for. The count of known
     # columns present is the cheap test for unknown ones, whose names only the reason lists.
-    looked_up = {c: F.col(f"__g{i}") for i, c in enumerate(known_columns)}
     parsed = parsed.select("*", *[vm.getItem(c).alias(f"__g{i}") for i, c in enumerate(known_columns)])
+    looked_up = {c: F.col(f"__g{i}") for i, c in enumerate(known_columns)}
     parsed = parsed.select(
         "*",
         *[
@@ -187,51 +169,106 @@ def parse_changes(
         ],
     )
     present = {c: F.col(f"__p{i}") for i, c in enumerate(known_columns)}
-    known_present = sum(present[c].cast("int") for c in known_columns)
-    undeclared = F.filter(F.map_keys(vm), lambda name: ~name.isin(*known_columns))
-    reasons.append(
-        F.when(
-            F.coalesce(F.size(vm), F.lit(0)) > known_present,
+    op, image = F.col("op"), F.col("image")
+    is_delete = op == "DELETE"
+    is_reset = op.isin("INSERT", "READ", "DELETE") | (image == "FULL")
+    problems = _row_problems(plan, known_columns, present, looked_up, check_values)
+    if reasons:
+        problem = F.coalesce(*[F.when(condition, text()) for condition, text in problems]).alias("__row_reason")
+    else:
+        flags = [F.coalesce(condition, F.lit(False)) for condition, _ in problems]
+        problem = reduce(lambda a, b: a | b, flags).alias("__row_bad")
+    return parsed.select(
+        *carry,
+        "__key",
+        problem,
+        is_delete.alias("__is_delete"),
+        is_reset.alias("__is_reset"),
+        F.xxhash64("op", "image", F.map_keys(vm), F.map_values(vm), "commit_ts").alias("__h"),
+        *[(is_reset | present[name]).alias(names.values[name][1]) for name in plan.columns],
+        *[F.when(~is_delete, looked_up[name]).alias(names.values[name][0]) for name in plan.columns],
+    )
+
+
+def _row_problems(
+    plan: TablePlan,
+    known_columns: list[str],
+    present: dict[str, Column],
+    looked_up: dict[str, Column],
+    check_values: bool,
+) -> list[tuple[Column, Callable[[], Column]]]:
+    """The rules a change row must keep, in the order its reason names them: (broken, reason text).
+
+    Conditions use the columns :func:`parse_changes` computed (``__key_fits``, ``__rk<i>``,
+    ``__tk<i>``, ``__g<i>``, ``__p<i>``); texts are built only when reasons are asked for.
+    """
+    km, vm = F.col("keys"), F.col("new_values")
+    op, image = F.col("op"), F.col("image")
+    is_delete = op == "DELETE"
+    expected_keys = sorted(plan.key_names)
+
+    def other_keys() -> Column:
+        return F.when(F.coalesce(F.size(km), F.lit(0)) <= 0, F.lit("keys is empty: the row names no key columns")).otherwise(
             F.concat(
+                F.lit("key columns "),
+                _names(F.sort_array(F.map_keys(km))),
+                F.lit(
+                    f" differ from the key columns {expected_keys} of target {plan.target}: the "
+                    f"row cannot be matched to a target row"
+                ),
+            )
+        )
+
+    problems: list[tuple[Column, Callable[[], Column]]] = [
+        (~F.col("__key_fits"), other_keys),
+        (
+            ~op.isin(*OPS) | op.isNull(),
+            lambda: F.concat(F.lit("op "), _text(op), F.lit(" is not one of " + ", ".join(OPS))),
+        ),
+        (
+            ~is_delete & (~image.isin(*IMAGES) | image.isNull()),
+            lambda: F.concat(F.lit("image "), _text(image), F.lit(" is not FULL or PARTIAL")),
+        ),
+    ]
+    for reason, declarations in _group_by_reason(plan.bad_declarations).items():
+        known = [d for d in declarations if d is not None]
+        condition = F.col("column_types_json").isin(*known) if known else F.lit(False)
+        if None in declarations:
+            condition = condition | F.col("column_types_json").isNull()
+        problems.append((condition, lambda reason=reason: F.lit(reason)))
+    known_present = sum(present[c].cast("int") for c in known_columns)
+    problems.append(
+        (
+            F.coalesce(F.size(vm), F.lit(0)) > known_present,
+            lambda: F.concat(
                 F.lit("new_values has column(s) "),
-                _names(undeclared),
+                _names(F.array_except(F.map_keys(vm), F.array(*[F.lit(c) for c in known_columns]))),
                 F.lit(f" that no column_types of {plan.source_table!r} in this window declares"),
             ),
         )
     )
-    for name in plan.key_names:
-        raw = raw_keys[name]
-        reasons.append(
-            F.when(
-                conversion_failed(raw, typed_keys[name], plan.key_types[name]),
-                F.concat(F.lit(f"key column {name!r} value "), _text(raw), F.lit(f" is not a {plan.key_types[name]}")),
+    for i, name in enumerate(plan.key_names):
+        raw, kind = F.col(f"__rk{i}"), plan.key_types[name]
+        problems.append(
+            (
+                conversion_failed(raw, F.col(f"__tk{i}"), kind),
+                lambda name=name, raw=raw, kind=kind: F.concat(
+                    F.lit(f"key column {name!r} value "), _text(raw), F.lit(f" is not a {kind}")
+                ),
             )
         )
     if check_values:
         for name, spark_type in plan.columns.items():
-            reasons.append(F.when(~is_delete, _value_problem(name, looked_up[name], spark_type)))
-    parsed = parsed.select(
-        *carry,
-        "__key",
-        F.coalesce(*reasons).alias("__row_reason"),
-        is_delete.alias("__is_delete"),
-        is_reset.alias("__is_reset"),
-        F.xxhash64("op", "image", F.map_keys(vm), F.map_values(vm), "commit_ts").alias("__h"),
-        *[
-            (is_reset | present[name]).alias(names.values[name][1])
-            for name in plan.columns
-        ],
-        *[F.when(~is_delete, looked_up[name]).alias(names.values[name][0]) for name in plan.columns],
-    )
-    return parsed
-
-
-def _value_problem(name: str, raw: Column, spark_type: str) -> Column:
-    """Why ``raw`` cannot be a value of column ``name`` (NULL when it can)."""
-    return F.when(
-        bad_value(raw, spark_type),
-        F.concat(F.lit(f"column {name!r} value "), _text(raw), F.lit(f" is not a {spark_type}")),
-    )
+            raw = looked_up[name]
+            problems.append(
+                (
+                    ~is_delete & bad_value(raw, spark_type),
+                    lambda name=name, raw=raw, spark_type=spark_type: F.concat(
+                        F.lit(f"column {name!r} value "), _text(raw), F.lit(f" is not a {spark_type}")
+                    ),
+                )
+            )
+    return problems
 
 
 def _group_by_reason(bad: dict[str | None, str]) -> dict[str, list[str | None]]:
@@ -319,7 +356,7 @@ def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
         F.count(F.lit(1)).over(whole).alias("__changes"),
         F.count_if(~live).over(whole).alias("__not_live"),
         F.max("__clash").over(whole).alias("__clash"),
-        F.min("__row_reason").over(whole).alias("__row_reason"),
+        F.max("__row_bad").over(whole).alias("__row_bad"),
         latest(live, F.col("ordering_key").alias("s"), F.col("op").alias("op"), F.col("commit_ts").alias("ts")).alias("__last"),
         latest(live & F.col("__is_reset"), F.col("ordering_key").alias("s"), F.col("__is_delete").alias("d")).alias("__reset"),
     ]
@@ -329,7 +366,7 @@ def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
     last_row = F.lead(F.lit(True)).over(by_key).isNull()
     folded = changes.select("__key", "__in_target", "__tombstoned", *per_key, last_row.alias("__last_row"))
     folded = folded.where("__last_row").select(
-        "__key", "__changes", "__not_live", "__clash", "__row_reason", "__in_target", "__tombstoned",
+        "__key", "__changes", "__not_live", "__clash", "__row_bad", "__in_target", "__tombstoned",
         F.col("__last.s").alias("__seq"),
         F.col("__last.op").alias("__last_op"),
         F.col("__last.ts").alias("__commit_ts"),
@@ -366,7 +403,7 @@ def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
         F.coalesce(F.lit(None).cast("string"), *failed).alias("__value_problem"),
     )
 
-    clash, reason = F.col("__clash"), F.col("__row_reason")
+    clash, row_bad = F.col("__clash"), F.col("__row_bad")
     in_target = F.col("__in_target")
     has_reset = F.col("__reset_seq").isNotNull()
     target_name = str(plan.target)
@@ -378,7 +415,7 @@ def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
                 "apply never orders them by arrival; fix the source's ordering key and replay"
             ),
         )
-        .when(reason.isNotNull(), F.concat(F.lit("a change of this key in the window is bad: "), reason))
+        .when(row_bad, F.lit(None))  # the text names the bad change: see dead_letter_rows
         .when(F.col("__seq").isNull(), F.lit(None))
         .when(F.col("__last_op") == "DELETE", F.lit(None))
         .when(
@@ -399,7 +436,7 @@ def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
         )
     )
     action = (
-        F.when(key_reason.isNotNull(), F.lit("DEAD"))
+        F.when(key_reason.isNotNull() | row_bad, F.lit("DEAD"))
         .when(F.col("__seq").isNull(), F.lit("STALE"))
         .when(F.col("__last_op") == "DELETE", F.lit("DELETE"))
         .when(has_reset, F.lit("UPSERT"))
@@ -409,8 +446,16 @@ def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
 
 
 def dead_letter_rows(parsed: DataFrame, folded: DataFrame) -> DataFrame:
-    """The raw rows of dead keys, each with its reason (changelog columns + reason)."""
+    """The raw rows of dead keys, each with its reason (changelog columns + reason).
+
+    ``parsed`` is :func:`parse_changes` with reasons. A row gives its own reason when it has
+    one; the other rows of a key that died of a bad change name that change's reason.
+    """
     dead_keys = folded.where(F.col("__action") == "DEAD").select("__key", "__key_reason")
+    first_bad = F.min("__row_reason").over(Window.partitionBy("__key"))
     return parsed.join(dead_keys, "__key", "inner").select(
-        *_RAW_COLUMNS, F.coalesce("__row_reason", "__key_reason").alias("reason")
+        *_RAW_COLUMNS,
+        F.coalesce(
+            "__row_reason", "__key_reason", F.concat(F.lit("a change of this key in the window is bad: "), first_bad)
+        ).alias("reason"),
     )
