@@ -278,36 +278,71 @@ def _group_by_reason(bad: dict[str | None, str]) -> dict[str, list[str | None]]:
     return grouped
 
 
-def ordered_changes(parsed: DataFrame, guard: DataFrame | None) -> DataFrame:
-    """Steps 2-3: redelivery and clash flags, and liveness against the guard."""
+def ordered_changes(
+    parsed: DataFrame, plan: TablePlan, target_before: DataFrame | None, tombstones_before: DataFrame | None
+) -> DataFrame:
+    """Steps 2-3: redelivery and clash flags, and liveness against the guard.
+
+    The guard (each key's ordering key in the target and in its tombstones, as they were
+    before this window) travels as extra rows of the changes' own shuffle: :func:`guard_rows`
+    gives one row per key of either table, with a NULL ordering key, so it sorts before the
+    key's changes. One exchange and one sort thus serve the guard, the redelivery test and
+    the fold (a join would shuffle both tables and the join's output, and sort the changes
+    again after it). The guard rows leave once their keys' changes carry the guard.
+    """
     by_key = Window.partitionBy("__key").orderBy("ordering_key", "__h")
-    changes = parsed.select(
-        "*", F.lag("ordering_key").over(by_key).alias("__prev_seq"), F.lag("__h").over(by_key).alias("__prev_h")
+    whole = by_key.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    guard = guard_rows(plan, target_before, tombstones_before)
+    rows = parsed.select("*", F.lit(True).alias("__change"))
+    if guard is not None:
+        rows = rows.unionByName(guard, allowMissingColumns=True)
+    changes = rows.select(
+        "*",
+        F.lag("ordering_key").over(by_key).alias("__prev_seq"),
+        F.lag("__h").over(by_key).alias("__prev_h"),
+        *(
+            []
+            if guard is None
+            else [F.max("__tseq").over(whole).alias("__key_tseq"), F.max("__dseq").over(whole).alias("__key_dseq")]
+        ),
     )
+    if guard is None:
+        guard_seq, in_target, tombstoned = F.lit(None).cast("binary"), F.lit(False), F.lit(False)
+    else:
+        changes = changes.where(F.col("__change").isNotNull())
+        guard_seq = F.greatest("__key_tseq", "__key_dseq")
+        in_target, tombstoned = F.col("__key_tseq").isNotNull(), F.col("__key_dseq").isNotNull()
     same_seq = F.coalesce(F.col("__prev_seq") == F.col("ordering_key"), F.lit(False))
     same_content = F.coalesce(F.col("__prev_h") == F.col("__h"), F.lit(False))
-    changes = changes.select(
-        "*", (same_seq & same_content).alias("__redelivered"), (same_seq & ~same_content).alias("__clash")
-    ).drop("__prev_seq", "__prev_h")
-    if guard is None:
-        changes = changes.select(
-            "*",
-            F.lit(None).cast("binary").alias("__guard_seq"),
-            F.lit(False).alias("__in_target"),
-            F.lit(False).alias("__tombstoned"),
-        )
-    else:
-        changes = changes.join(guard, "__key", "left").fillna(False, ["__in_target", "__tombstoned"])
-    live = (F.col("__guard_seq").isNull() | (F.col("ordering_key") > F.col("__guard_seq"))) & ~F.col("__redelivered")
-    return changes.withColumn("__live", live)
+    redelivered = same_seq & same_content
+    live = (guard_seq.isNull() | (F.col("ordering_key") > guard_seq)) & ~redelivered
+    return changes.select(
+        *parsed.columns,
+        redelivered.alias("__redelivered"),
+        (same_seq & ~same_content).alias("__clash"),
+        guard_seq.alias("__guard_seq"),
+        in_target.alias("__in_target"),
+        tombstoned.alias("__tombstoned"),
+        live.alias("__live"),
+    )
 
 
-def guard_frame(plan: TablePlan, target_before: DataFrame | None, tombstones_before: DataFrame | None) -> DataFrame | None:
-    """Per key: the ordering key the target or its tombstone holds (before this window)."""
+def guard_rows(plan: TablePlan, target_before: DataFrame | None, tombstones_before: DataFrame | None) -> DataFrame | None:
+    """Per key of the target and of its tombstones: a row with that table's ordering key.
+
+    ``__tseq`` (the target's ``_cdc_seq``) or ``__dseq`` (the tombstone's), the key's text as
+    the changes have it, and a NULL ordering key; None when neither table has rows yet.
+    """
 
     def keyed(frame: DataFrame, seq_name: str) -> DataFrame:
         key = key_text([(F.col(f"`{k}`").cast(plan.key_types[k]), plan.key_types[k]) for k in plan.key_names])
-        return frame.select(key.alias("__key"), F.col("_cdc_seq").alias(seq_name))
+        seqs = {name: F.lit(None).cast("binary") for name in ("__tseq", "__dseq")}
+        seqs[seq_name] = F.col("_cdc_seq")
+        return frame.select(
+            key.alias("__key"),
+            F.lit(None).cast("binary").alias("ordering_key"),
+            *[seq.alias(name) for name, seq in seqs.items()],
+        )
 
     sides = []
     if target_before is not None:
@@ -316,21 +351,7 @@ def guard_frame(plan: TablePlan, target_before: DataFrame | None, tombstones_bef
         sides.append(keyed(tombstones_before, "__dseq"))
     if not sides:
         return None
-    if len(sides) == 1:
-        present = "__tseq" if target_before is not None else "__dseq"
-        return sides[0].select(
-            "__key",
-            F.col(present).alias("__guard_seq"),
-            F.lit(present == "__tseq").alias("__in_target"),
-            F.lit(present == "__dseq").alias("__tombstoned"),
-        )
-    both = sides[0].join(sides[1], "__key", "full")
-    return both.select(
-        "__key",
-        F.greatest("__tseq", "__dseq").alias("__guard_seq"),
-        F.col("__tseq").isNotNull().alias("__in_target"),
-        F.col("__dseq").isNotNull().alias("__tombstoned"),
-    )
+    return sides[0] if len(sides) == 1 else sides[0].unionByName(sides[1])
 
 
 def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:

@@ -52,7 +52,6 @@ from spark_jobs.apply.fold import (
     dead_letter_rows,
     fold_input,
     fold_table,
-    guard_frame,
     ordered_changes,
     parse_changes,
 )
@@ -266,7 +265,7 @@ def _fold(spark: SparkSession, config: ApplyConfig, plan: TablePlan, rows: DataF
     target_before = table_before(spark, plan.target.qualified, work.commits["target"])
     tombstones_before = table_before(spark, plan.tombstones.qualified, work.commits["tombstones"])
     parsed = parse_changes(table_rows, plan, carry=fold_input(plan), check_values=plan.history, reasons=False)
-    changes = ordered_changes(parsed, guard_frame(plan, target_before, tombstones_before))
+    changes = ordered_changes(parsed, plan, target_before, tombstones_before)
     if plan.history:  # the history reads every change again; computed once, here
         changes = changes.localCheckpoint(eager=True)
     # Checkpointed, not only cached: the MERGEs below embed this frame in plans Iceberg
