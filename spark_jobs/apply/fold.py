@@ -4,10 +4,12 @@ Procedure (:func:`fold_table`):
 
 1. Parse (:func:`parse_changes`): keys and new values are read as ``map<string,string>``, so a
    column set to NULL (present, null) differs from a column a partial image leaves out
-   (absent). Keys become the target's key types. A row gets a reason when it cannot be
-   applied as written: key columns other than the target's, unknown op or image, a bad
-   ``column_types`` declaration (see ``schema.py``), a column no declaration types.
-2. Order (one shuffle by key, one sort by ordering key): each change is compared with the
+   (absent). Keys become the target's key types. A row is bad when it cannot be applied as
+   written: key columns other than the target's, unknown op or image, a bad
+   ``column_types`` declaration (see ``schema.py``), a column no declaration types. The fold
+   carries only that flag; the dead-letter path says why (:func:`dead_letter_rows`).
+2. Order (one shuffle by key, one sort by ordering key, which the guard's rows share):
+   each change is compared with the
    previous change of its key. The same ordering key with the same content is a redelivery
    (applied once); with different content it is a clash, a source bug that is reported and
    never resolved by arrival order.
