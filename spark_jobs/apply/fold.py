@@ -9,9 +9,9 @@ Procedure (:func:`fold_table`):
    ``column_types`` declaration (see ``schema.py``), a column no declaration types. The fold
    carries only that flag; the dead-letter path says why (:func:`dead_letter_rows`).
 2. Order (one shuffle by key, one sort by ordering key, which the guard's rows share):
-   each change is compared with the previous change of its key. The same ordering key with the same content is a redelivery
-   (applied once); with different content it is a clash, a source bug that is reported and
-   never resolved by arrival order.
+   each change is compared with the previous change of its key. The same ordering key with
+   the same content is a redelivery (applied once); with different content it is a clash, a
+   source bug that is reported and never resolved by arrival order.
 3. Guard: the key's ordering key in the target or its tombstone (read as they were before
    this window). Only changes with a greater ordering key are *live*; the others lost already
    (re-runs, late older changes: I2, I3).
