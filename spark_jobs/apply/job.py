@@ -154,7 +154,8 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
     rows = reader.table(changelog).where(
         (F.col("window_id") == F.lit(config.window_id)) & (F.col("stream") == F.lit(config.stream))
     )
-    plans = plan_tables(spark, config, _declarations(rows), lambda table: _first_keys(rows, table))
+    declarations, first_micros = _declarations(rows)
+    plans = plan_tables(spark, config, declarations, lambda table: _first_keys(rows, table, first_micros.get(table)))
     result = ApplyResult(
         stream=config.stream,
         window_id=config.window_id,
@@ -190,18 +191,28 @@ def _require_catalog(spark: SparkSession, catalog: str) -> None:
         )
 
 
-def _declarations(rows: DataFrame) -> list[Declaration]:
+def _declarations(rows: DataFrame) -> tuple[list[Declaration], dict[str | None, int]]:
     """The window's distinct (source table, declaration), each with a count and first commit.
 
-    Primitive columns only, so Iceberg reads them vectorized; a hash aggregate with
-    fixed-width aggregates, no JSON parsing.
+    Also each source table's first commit timestamp in epoch microseconds (for
+    :func:`_first_keys`). Primitive columns only, so Iceberg reads them vectorized; a hash
+    aggregate with fixed-width aggregates, no JSON parsing.
     """
     found = (
         rows.groupBy("source_table", "column_types_json")
-        .agg(F.count(F.lit(1)).alias("rows"), F.min("commit_ts").alias("first_commit_ts"))
+        .agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.min("commit_ts").alias("first_commit_ts"),
+            F.min(F.unix_micros("commit_ts")).alias("first_micros"),
+        )
         .collect()
     )
-    return [
+    first_micros: dict[str | None, int] = {}
+    for row in found:
+        if row.first_micros is not None:
+            known = first_micros.get(row.source_table)
+            first_micros[row.source_table] = row.first_micros if known is None else min(known, row.first_micros)
+    declarations = [
         Declaration(
             source_table=row.source_table,
             column_types_json=row.column_types_json,
@@ -210,22 +221,28 @@ def _declarations(rows: DataFrame) -> list[Declaration]:
         )
         for row in found
     ]
+    return declarations, first_micros
 
 
-def _first_keys(rows: DataFrame, source_table: str | None) -> tuple[str, ...] | None:
+def _first_keys(rows: DataFrame, source_table: str | None, first_micros: int | None) -> tuple[str, ...] | None:
     """The key-column names of the table's first change in the window (a new target's keys).
 
-    Asked only for a table without a target yet, so its maps are read once per table.
+    Asked only for a table without a target yet. The first change is almost always among
+    the rows of the table's first commit timestamp (``first_micros``): a literal bound that
+    Iceberg and Parquet prune by, so only those rows' maps are read. Only when none of them
+    names a key are all of the table's rows read.
     """
     first_change = F.struct("commit_ts", "ordering_key")
-    found = (
-        _table_rows(rows, source_table)
-        .where(F.size("keys") > 0)
-        .agg(F.min_by(F.map_keys("keys"), first_change).alias("names"))
-        .first()
-    )
-    # Sorted here, once, rather than per row (code-point order: Spark's order of UTF-8 text).
-    return tuple(sorted(found.names)) if found is not None and found.names else None
+    with_keys = _table_rows(rows, source_table).where(F.size("keys") > 0)
+    candidates = [with_keys]
+    if first_micros is not None:
+        candidates.insert(0, with_keys.where(F.col("commit_ts") == F.timestamp_micros(F.lit(first_micros))))
+    for frame in candidates:
+        found = frame.agg(F.min_by(F.map_keys("keys"), first_change).alias("names")).first()
+        if found is not None and found.names:
+            # Sorted here, once, rather than per row (code-point order: Spark's order of UTF-8 text).
+            return tuple(sorted(found.names))
+    return None
 
 
 def _table_rows(rows: DataFrame, source_table: str | None) -> DataFrame:
