@@ -31,10 +31,11 @@ re-applied or arrives late lose (I2, I3).
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_cdc.model import CdcError
@@ -281,52 +282,62 @@ def _fold(spark: SparkSession, config: ApplyConfig, plan: TablePlan, rows: DataF
 
     target_before = table_before(spark, plan.target.qualified, work.commits["target"])
     tombstones_before = table_before(spark, plan.tombstones.qualified, work.commits["tombstones"])
+    # Tombstones past the horizon, counted as the fold's job reads the tombstones (no job of
+    # its own): the tombstone MERGE purges them in the same commit, only when one exists,
+    # since the purge makes the MERGE rewrite every tombstone file.
+    expired = None
+    if tombstones_before is not None:
+        expired = Observation(f"cdc_expired_{uuid.uuid4().hex}")
+        tombstones_before = tombstones_before.observe(
+            expired, F.count_if(F.col("_cdc_commit_ts") < F.lit(config.tombstone_cutoff)).alias("expired")
+        )
     parsed = parse_changes(table_rows, plan, carry=fold_input(plan), check_values=plan.history, reasons=False)
     changes = ordered_changes(parsed, plan, target_before, tombstones_before)
     if plan.history:  # the history reads every change again; computed once, here
         changes = changes.localCheckpoint(eager=True)
     # Checkpointed, not only cached: the MERGEs below embed this frame in plans Iceberg
     # rewrites, where a cache is not always recognised, and a cache is dropped when a table
-    # it read is written; a checkpoint is never recomputed.
-    folded = fold_table(changes, plan).localCheckpoint(eager=True)
+    # it read is written; a checkpoint is never recomputed. The counts are observed as the
+    # checkpoint is computed, so they cost no job of their own.
+    counts = Observation(f"cdc_counts_{uuid.uuid4().hex}")
+    folded = fold_table(changes, plan).observe(counts, *_count_metrics()).localCheckpoint(eager=True)
     work.folded, work.changes, work.target_before = folded, changes, target_before
     work.tombstones_before = tombstones_before
-
-    counts = (
-        folded.groupBy("__action", "__in_target", "__tombstoned")
-        .agg(
-            F.count(F.lit(1)).alias("keys"),
-            F.sum("__changes").alias("changes"),
-            F.sum("__not_live").alias("not_live"),
-            F.count_if("__clash").alias("clashing"),
-        )
-        .collect()
-    )
-    for row in counts:
-        keys = int(row["keys"])
-        result.clashing_keys += int(row.clashing)
-        if row["__action"] == "DEAD":
-            result.dead_keys += keys
-            result.dead_letter_rows += int(row.changes)
-        else:
-            result.superseded_changes += int(row.not_live)
-        if row["__action"] == "UPSERT":
-            result.upserts += keys
-        elif row["__action"] == "PATCH":
-            result.patches += keys
-        elif row["__action"] == "DELETE":
-            result.deletes += keys
-            work.deletes_in_target += keys if row["__in_target"] else 0
-        if row["__action"] in ("UPSERT", "PATCH") and row["__tombstoned"]:
-            work.revives += keys
+    _record_counts(work, {name: int(value or 0) for name, value in counts.get.items()})
     if result.dead_letter_rows:
         work.dead_letters = dead_letter_rows(parse_changes(table_rows, plan), folded)
-    # Tombstones past the horizon are purged by the tombstone MERGE, in the same commit; only
-    # when one exists, since the purge makes the MERGE rewrite every tombstone file.
-    work.purge_due = tombstones_before is not None and bool(
-        tombstones_before.where(F.col("_cdc_commit_ts") < F.lit(config.tombstone_cutoff)).limit(1).count()
-    )
+    work.purge_due = expired is not None and bool(expired.get["expired"])
     return work
+
+
+def _count_metrics() -> list[Column]:
+    """The window's counts per table, as aggregates over the folded keys (see _record_counts)."""
+    action = F.col("__action")
+    applied = action.isin("UPSERT", "PATCH")
+    return [
+        F.count_if(F.col("__clash")).alias("clashing_keys"),
+        F.count_if(action == "DEAD").alias("dead_keys"),
+        F.sum(F.when(action == "DEAD", F.col("__changes"))).alias("dead_letter_rows"),
+        F.sum(F.when(action != "DEAD", F.col("__not_live"))).alias("superseded_changes"),
+        F.count_if(action == "UPSERT").alias("upserts"),
+        F.count_if(action == "PATCH").alias("patches"),
+        F.count_if(action == "DELETE").alias("deletes"),
+        F.count_if((action == "DELETE") & F.col("__in_target")).alias("deletes_in_target"),
+        F.count_if(applied & F.col("__tombstoned")).alias("revives"),
+    ]
+
+
+def _record_counts(work: _TableWork, counts: Mapping[str, int]) -> None:
+    result = work.result
+    result.clashing_keys += counts["clashing_keys"]
+    result.dead_keys += counts["dead_keys"]
+    result.dead_letter_rows += counts["dead_letter_rows"]
+    result.superseded_changes += counts["superseded_changes"]
+    result.upserts += counts["upserts"]
+    result.patches += counts["patches"]
+    result.deletes += counts["deletes"]
+    work.deletes_in_target += counts["deletes_in_target"]
+    work.revives += counts["revives"]
 
 
 def _already_applied(work: _TableWork) -> bool:
