@@ -59,8 +59,53 @@ def window_commit(spark: SparkSession, table: str, window_id: str) -> WindowComm
 
 def current_snapshot_id(spark: SparkSession, table: str) -> int | None:
     """The snapshot the table's main branch points at (None: no snapshot yet)."""
+    iceberg = _iceberg_table(spark, table)
+    if iceberg is not None:
+        snapshot = iceberg.currentSnapshot()
+        return None if snapshot is None else int(snapshot.snapshotId())
     rows = spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = 'main'").collect()
     return int(rows[0].snapshot_id) if rows else None
+
+
+def own_window_commit(spark: SparkSession, table: str, window_id: str) -> WindowCommit | None:
+    """The window's commit of ``table`` just after this job made it.
+
+    Almost always the table's current snapshot, read from the table's metadata without a
+    Spark job; when another writer committed since, the snapshots are searched
+    (:func:`window_commit`).
+    """
+    iceberg = _iceberg_table(spark, table)
+    snapshot = None if iceberg is None else iceberg.currentSnapshot()
+    if snapshot is not None:
+        summary = {str(k): str(v) for k, v in dict(snapshot.summary()).items()}
+        if summary.get(WINDOW_SNAPSHOT_PROPERTY) == window_id:
+            parent = snapshot.parentId()
+            return WindowCommit(int(snapshot.snapshotId()), None if parent is None else int(parent), summary)
+    return window_commit(spark, table, window_id)
+
+
+def _iceberg_table(spark: SparkSession, table: str):
+    """The refreshed Iceberg ``Table`` (Java) behind ``catalog.namespace.name``, through py4j.
+
+    None when the table does not exist, or when the catalog does not hand out Iceberg tables
+    (callers then ask Spark SQL's metadata tables instead).
+    """
+    from py4j.protocol import Py4JError
+
+    catalog, namespace, name = table.split(".")
+    context = spark.sparkContext
+    try:
+        jcatalog = spark._jsparkSession.sessionState().catalogManager().catalog(catalog)
+        parts = context._gateway.new_array(context._jvm.java.lang.String, 1)
+        parts[0] = namespace
+        identifier = context._jvm.org.apache.spark.sql.connector.catalog.Identifier.of(parts, name)
+        if not jcatalog.tableExists(identifier):
+            return None
+        iceberg = jcatalog.loadTable(identifier).table()
+        iceberg.refresh()
+        return iceberg
+    except Py4JError:
+        return None
 
 
 def table_before(spark: SparkSession, table: str, commit: WindowCommit | None) -> DataFrame | None:

@@ -42,6 +42,7 @@ from airflow_cdc.model import CdcError
 from spark_jobs.apply.commits import (
     WindowCommit,
     append_tagged,
+    own_window_commit,
     table_before,
     window_commit,
     window_properties,
@@ -144,6 +145,7 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
     if not isinstance(config, ApplyConfig):
         config = ApplyConfig.from_dict(config)
     _require_catalog(spark, config.catalog)
+    _import_function_classes(spark)
     changelog = config.changelog_table.qualified
     if not spark.catalog.tableExists(changelog):
         raise ApplyError(
@@ -190,6 +192,22 @@ def _require_catalog(spark: SparkSession, catalog: str) -> None:
             f"Spark catalog {catalog!r} is not configured in this session: start the job with "
             f"the IcebergCatalog's conf (catalog_conf in the job config, or IcebergCatalog.spark_conf())"
         )
+
+
+def _import_function_classes(spark: SparkSession) -> None:
+    """Let py4j find the classes behind ``pyspark.sql.functions`` by their single-type imports.
+
+    Every ``F.<function>`` call looks its class up by simple name; without a single-type
+    import py4j tries each wildcard import PySpark registers, loading classes that do not
+    exist, before it reaches ``org.apache.spark.sql.functions``. The job builds a few
+    thousand expressions per window, so that search cost a noticeable part of its
+    driver time. Idempotent.
+    """
+    from py4j.java_gateway import java_import
+
+    jvm = spark.sparkContext._jvm
+    java_import(jvm, "org.apache.spark.sql.functions")
+    java_import(jvm, "org.apache.spark.api.python.PythonUtils")
 
 
 def _declarations(rows: DataFrame) -> tuple[list[Declaration], dict[str | None, int]]:
@@ -384,7 +402,7 @@ def _commit_dead_letters(spark: SparkSession, config: ApplyConfig, works: list[_
     for frame in frames[1:]:
         union = union.unionByName(frame)
     append_tagged(in_table_order(union), table.qualified, window_properties(config.window_id))
-    committed = window_commit(spark, table.qualified, config.window_id)
+    committed = own_window_commit(spark, table.qualified, config.window_id)
     result.dead_letter_snapshot_id = None if committed is None else committed.snapshot_id
     _fault(config, "after_dead_letter_commit")
 
@@ -411,7 +429,7 @@ def _commit_table(spark: SparkSession, config: ApplyConfig, work: _TableWork) ->
             append_target(plan, work.folded, window_id, window_properties(window_id, announced))
         else:
             merge_target(plan, work.folded, window_id, window_properties(window_id, announced))
-        work.commits["target"] = window_commit(spark, plan.target.qualified, window_id)
+        work.commits["target"] = own_window_commit(spark, plan.target.qualified, window_id)
         _fault(config, "after_target_commit")
     if work.commits["tombstones"] is None and tombstones_due:
         if work.tombstones_before is None:  # no tombstones yet: nothing to match or purge
@@ -419,11 +437,11 @@ def _commit_table(spark: SparkSession, config: ApplyConfig, work: _TableWork) ->
         else:
             cutoff = config.tombstone_cutoff if work.purge_due else None
             merge_tombstones(plan, work.folded, window_id, cutoff, window_properties(window_id))
-        work.commits["tombstones"] = window_commit(spark, plan.tombstones.qualified, window_id)
+        work.commits["tombstones"] = own_window_commit(spark, plan.tombstones.qualified, window_id)
         _fault(config, "after_tombstone_commit")
     if plan.history and work.commits["history"] is None and history_due:
         merge_history(plan, work.changes, work.folded, work.target_before, window_id, window_properties(window_id))
-        work.commits["history"] = window_commit(spark, plan.history_table.qualified, window_id)
+        work.commits["history"] = own_window_commit(spark, plan.history_table.qualified, window_id)
         _fault(config, "after_history_commit")
     _record_snapshots(work)
 
