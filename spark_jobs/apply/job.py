@@ -5,7 +5,10 @@ Procedure (:func:`apply_window`):
 1. Read the window's changelog rows (``stream``, ``window_id``) and one small aggregate of
    them: the distinct source tables and column declarations.
 2. Plan each source table (``schema.plan_tables``): its target, key columns, typed columns
-   and the declarations whose rows are dead letters.
+   and the declarations whose rows are dead letters. A new target's key columns are those
+   of the table's first change: taken from any one change, and kept when the fold finds
+   that every change names the same ones; otherwise read from the first change and the
+   table folded again with them.
 3. Per table, find the window's earlier commits (a re-run). A table whose target commit and
    every commit that commit announced are present is done: nothing is recomputed. Otherwise
    the target and tombstones are read *as they were before the window* (the tagged commit's
@@ -138,6 +141,7 @@ class _TableWork:
     purge_due: bool = False
     deletes_in_target: int = 0
     revives: int = 0
+    other_key_groups: int = 0  # folded groups of changes whose key columns are not the plan's
 
 
 def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]) -> ApplyResult:
@@ -158,7 +162,13 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
         (F.col("window_id") == F.lit(config.window_id)) & (F.col("stream") == F.lit(config.stream))
     )
     declarations, first_micros = _declarations(rows)
-    plans = plan_tables(spark, config, declarations, lambda table: _first_keys(rows, table, first_micros.get(table)))
+    guessed: dict[str | None, tuple[str, ...] | None] = {}
+
+    def some_keys(table: str | None) -> tuple[str, ...] | None:
+        guessed[table] = _some_keys(rows, table)
+        return guessed[table]
+
+    plans = plan_tables(spark, config, declarations, some_keys)
     result = ApplyResult(
         stream=config.stream,
         window_id=config.window_id,
@@ -168,6 +178,14 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
     works: list[_TableWork] = []
     for plan in plans:
         work = _fold(spark, config, plan, rows)
+        if plan.source_table in guessed and (work.other_key_groups or plan.reason is not None):
+            # A new target's keys were guessed from any one change; only when some change
+            # names other key columns can the table's first change name others.
+            table = plan.source_table
+            first = _first_keys(rows, table, first_micros.get(table))
+            if first != guessed[table]:
+                own = [d for d in declarations if d.source_table == table]
+                work = _fold(spark, config, plan_tables(spark, config, own, lambda _: first)[0], rows)
         works.append(work)
         result.tables.append(work.result)
     _commit_dead_letters(spark, config, works, result)
@@ -241,6 +259,19 @@ def _declarations(rows: DataFrame) -> tuple[list[Declaration], dict[str | None, 
         for row in found
     ]
     return declarations, first_micros
+
+
+def _some_keys(rows: DataFrame, source_table: str | None) -> tuple[str, ...] | None:
+    """The key-column names of one change of the table that names keys (None: no change does).
+
+    The cheap first answer for a new target's keys: Spark stops reading at the first such
+    row. :func:`apply_window` keeps it only when every change of the table names these same
+    key columns (then the first change does too); otherwise it asks :func:`_first_keys`.
+    """
+    found = (
+        _table_rows(rows, source_table).where(F.size("keys") > 0).select(F.map_keys("keys").alias("names")).limit(1).collect()
+    )
+    return tuple(sorted(found[0].names)) if found else None
 
 
 def _first_keys(rows: DataFrame, source_table: str | None, first_micros: int | None) -> tuple[str, ...] | None:
@@ -342,6 +373,7 @@ def _count_metrics() -> list[Column]:
         F.count_if(action == "DELETE").alias("deletes"),
         F.count_if((action == "DELETE") & F.col("__in_target")).alias("deletes_in_target"),
         F.count_if(applied & F.col("__tombstoned")).alias("revives"),
+        F.count_if(F.col("__key").startswith("!")).alias("other_key_groups"),
     ]
 
 
@@ -356,6 +388,7 @@ def _record_counts(work: _TableWork, counts: Mapping[str, int]) -> None:
     result.deletes += counts["deletes"]
     work.deletes_in_target += counts["deletes_in_target"]
     work.revives += counts["revives"]
+    work.other_key_groups += counts["other_key_groups"]
 
 
 def _already_applied(work: _TableWork) -> bool:

@@ -90,9 +90,14 @@ def applied(module_lake):
     odd.add(W0, "INSERT", 1, {"bad-col": "v"}, when=at(0, 1))
     unnamed = Changes("bad-table", {"id": "INT64"})
     unnamed.add(W0, "INSERT", 1, {}, when=at(0, 1))
+    # A new target: the row written first names other key columns than the first change.
+    firsts = Changes("Firsts", {"id": "INT64", "name": "STRING"})
+    firsts.add(W0, "INSERT", 7, {"name": "Z"}, when=at(0, 5), keys={"code": 7})
+    firsts.add(W0, "INSERT", 1, {"name": "A"}, when=at(0, 1))
+    firsts.add(W0, "INSERT", 2, {"name": "B"}, when=at(0, 2))
     results = {}
     for win in (W0, W1, W2):
-        lake.write(everything, profiles, scores, odd, unnamed, win=win)
+        lake.write(everything, profiles, scores, odd, unnamed, firsts, win=win)
         results[win.window_id] = lake.apply(
             win, targets={"mapping": {"Profiles": "people"}}, policies={"on_dead_letter": "continue"}
         )
@@ -185,3 +190,11 @@ def test_rows_with_other_key_columns_are_dead_lettered(applied):
     (row,) = [r for r in dead_letters(lake) if r["keys"] == {"pid": "5"}]
     assert "key columns [pid] differ from the key columns ['id']" in row["reason"]
     assert 5 not in values_of(lake.rows("people"), "name")
+
+
+def test_a_new_targets_key_columns_are_those_of_its_first_change(applied):
+    lake, _ = applied
+    assert values_of(lake.rows("Firsts"), "name") == {1: ("A",), 2: ("B",)}
+    (row,) = [r for r in dead_letters(lake) if r["source_table"] == "Firsts"]
+    assert row["keys"] == {"code": "7"}
+    assert "key columns [code] differ from the key columns ['id']" in row["reason"]
