@@ -42,7 +42,7 @@ from pyspark.sql import functions as F
 
 from airflow_cdc.model import CHANGELOG_COLUMNS
 from spark_jobs.apply.schema import TablePlan
-from spark_jobs.apply.values import bad_value, conversion_failed, typed_value
+from spark_jobs.apply.values import array_elements, bad_value, conversion_failed, typed_value
 
 OPS = ("INSERT", "UPDATE", "DELETE", "READ")
 IMAGES = ("FULL", "PARTIAL")
@@ -403,7 +403,7 @@ def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
     value_names = {v for v, _ in names.values.values()}
     arrays = {name for name, kind in plan.columns.items() if kind.startswith("array<")}
     folded = folded.select(
-        "*", *[F.from_json(F.col(names.values[n][0]), "array<string>").alias(f"{names.values[n][0]}_e") for n in arrays]
+        "*", *[array_elements(F.col(names.values[n][0])).alias(f"{names.values[n][0]}_e") for n in arrays]
     )
     typed = []
     failed = []

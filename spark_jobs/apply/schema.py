@@ -329,12 +329,17 @@ def prepare_target(spark: SparkSession, plan: TablePlan, stream: str) -> None:
     if plan.history:
         history = cdc + [f"{_quoted(n)} {t} COMMENT {_comment(c)}" for n, t, c in HISTORY_COLUMNS]
         _create(spark, plan.history_table, [f"{_quoted(n)} {t}" for n, t in keys + business] + history, properties)
-    tables = [plan.target] + ([plan.history_table] if plan.history else [])
+    # The target's columns were read when the window was planned: nothing to evolve when
+    # it existed then with all of them.
+    current_target = plan.target_exists and not plan.added_columns and not plan.widened_columns
+    tables = ([] if current_target else [plan.target]) + ([plan.history_table] if plan.history else [])
     for table in tables:
         _evolve(spark, table, plan.columns)
 
 
 def _create(spark: SparkSession, table: TableName, columns: list[str], properties: str) -> None:
+    if spark.catalog.tableExists(table.qualified):  # one catalog lookup, where DDL costs two statements
+        return
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS `{table.catalog}`.`{table.namespace}`")
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS {table.sql} ({', '.join(columns)}) USING iceberg "

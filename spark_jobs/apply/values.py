@@ -25,6 +25,24 @@ from pyspark.sql import functions as F
 _INTEGER = r"^\s*-?[0-9]+\s*$"
 _BASE64 = r"^[A-Za-z0-9+/\s]*={0,2}\s*$"
 _ARRAY = re.compile(r"^array<(.+)>$")
+# A compact JSON array of strings without escapes: ["a","b"] (how the changelog writes most).
+_PLAIN_STRING_ARRAY = r'^\["[^"\\]*"(,"[^"\\]*")*\]$'
+
+
+def array_elements(raw: Column) -> Column:
+    """``raw``, a JSON array's text, as ``array<string>``: each element's text (NULL if not an array).
+
+    Arrays of plain strings (compact, no escapes: how the changelog writes arrays of strings
+    and of Spanner's INT64s) are cut apart with compiled string functions; anything else is
+    parsed by ``from_json``, which Spark only interprets, several times slower per row.
+    """
+    plain = raw.rlike(_PLAIN_STRING_ARRAY)
+    inner = raw.substr(F.lit(3), F.length(raw) - 4)  # without [" and "]
+    return (
+        F.when(raw == "[]", F.array().cast("array<string>"))
+        .when(plain, F.split(inner, '","'))
+        .otherwise(F.from_json(raw, "array<string>"))
+    )
 
 
 def typed_value(raw: Column, spark_type: str, elements: Column | None = None) -> Column:
@@ -36,7 +54,7 @@ def typed_value(raw: Column, spark_type: str, elements: Column | None = None) ->
     if array:
         element = array.group(1)
         if elements is None:
-            elements = F.from_json(raw, "array<string>")
+            elements = array_elements(raw)
         if element == "string":  # the parsed elements are the values (no per-element lambda)
             return elements
         return F.transform(elements, lambda x: typed_value(x, element))
@@ -57,7 +75,7 @@ def typed_value(raw: Column, spark_type: str, elements: Column | None = None) ->
 def bad_value(raw: Column, spark_type: str, elements: Column | None = None) -> Column:
     """True where ``raw`` is present and not NULL but does not convert to ``spark_type``."""
     if _ARRAY.match(spark_type) and elements is None:
-        elements = F.from_json(raw, "array<string>")
+        elements = array_elements(raw)
     return conversion_failed(raw, typed_value(raw, spark_type, elements), spark_type, elements)
 
 
