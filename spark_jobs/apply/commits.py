@@ -91,6 +91,7 @@ def _iceberg_table(spark: SparkSession, table: str):
     (callers then ask Spark SQL's metadata tables instead).
     """
     from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
 
     catalog, namespace, name = table.split(".")
     context = spark.sparkContext
@@ -99,12 +100,10 @@ def _iceberg_table(spark: SparkSession, table: str):
         parts = context._gateway.new_array(context._jvm.java.lang.String, 1)
         parts[0] = namespace
         identifier = context._jvm.org.apache.spark.sql.connector.catalog.Identifier.of(parts, name)
-        if not jcatalog.tableExists(identifier):
-            return None
         iceberg = jcatalog.loadTable(identifier).table()
         iceberg.refresh()
         return iceberg
-    except Py4JError:
+    except (Py4JError, PySparkException):  # no such table (an AnalysisException), or not Iceberg's
         return None
 
 
