@@ -268,9 +268,8 @@ def _some_keys(rows: DataFrame, source_table: str | None) -> tuple[str, ...] | N
     row. :func:`apply_window` keeps it only when every change of the table names these same
     key columns (then the first change does too); otherwise it asks :func:`_first_keys`.
     """
-    found = (
-        _table_rows(rows, source_table).where(F.size("keys") > 0).select(F.map_keys("keys").alias("names")).limit(1).collect()
-    )
+    with_keys = _table_rows(rows, source_table).where(F.size("keys") > 0)
+    found = with_keys.select(F.map_keys("keys").alias("names")).limit(1).collect()
     return tuple(sorted(found[0].names)) if found else None
 
 
