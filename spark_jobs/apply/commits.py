@@ -4,7 +4,9 @@ Every commit apply makes carries ``WINDOW_SNAPSHOT_PROPERTY = <window id>`` in i
 summary (plus the apply's own properties). A re-run of the window finds those tags and skips
 the commits already made, so each output table receives the window exactly once (I1), and
 reads the tables as they were before the window (the tagged snapshot's parent) so that what it
-recomputes for the missing commits is what the first run computed.
+recomputes for the missing commits is what the first run computed. A commit the job has just
+made, and the snapshot a frame is pinned to, are read from the table's metadata through the
+catalog (no Spark job); the search of the snapshots table is the fallback.
 
 Appends are tagged with the writer option ``snapshot-property.<key>``. SQL ``MERGE`` on the
 Iceberg 1.10 / Spark 3.5 runtime ignores the session conf ``spark.sql.iceberg.snapshot-property.*``,
