@@ -161,7 +161,7 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
     rows = reader.table(changelog).where(
         (F.col("window_id") == F.lit(config.window_id)) & (F.col("stream") == F.lit(config.stream))
     )
-    declarations, first_micros = _declarations(rows)
+    declarations = _declarations(rows)
     guessed: dict[str | None, tuple[str, ...] | None] = {}
 
     def some_keys(table: str | None) -> tuple[str, ...] | None:
@@ -182,7 +182,7 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
             # A new target's keys were guessed from any one change; only when some change
             # names other key columns can the table's first change name others.
             table = plan.source_table
-            first = _first_keys(rows, table, first_micros.get(table))
+            first = _first_keys(rows, table)
             if first != guessed[table]:
                 own = [d for d in declarations if d.source_table == table]
                 work = _fold(spark, config, plan_tables(spark, config, own, lambda _: first)[0], rows)
@@ -228,28 +228,18 @@ def _import_function_classes(spark: SparkSession) -> None:
     java_import(jvm, "org.apache.spark.api.python.PythonUtils")
 
 
-def _declarations(rows: DataFrame) -> tuple[list[Declaration], dict[str | None, int]]:
+def _declarations(rows: DataFrame) -> list[Declaration]:
     """The window's distinct (source table, declaration), each with a count and first commit.
 
-    Also each source table's first commit timestamp in epoch microseconds (for
-    :func:`_first_keys`). Primitive columns only, so Iceberg reads them vectorized; a hash
-    aggregate with fixed-width aggregates, no JSON parsing.
+    Primitive columns only, so Iceberg reads them vectorized; a hash aggregate with
+    fixed-width aggregates, no JSON parsing.
     """
     found = (
         rows.groupBy("source_table", "column_types_json")
-        .agg(
-            F.count(F.lit(1)).alias("rows"),
-            F.min("commit_ts").alias("first_commit_ts"),
-            F.min(F.unix_micros("commit_ts")).alias("first_micros"),
-        )
+        .agg(F.count(F.lit(1)).alias("rows"), F.min("commit_ts").alias("first_commit_ts"))
         .collect()
     )
-    first_micros: dict[str | None, int] = {}
-    for row in found:
-        if row.first_micros is not None:
-            known = first_micros.get(row.source_table)
-            first_micros[row.source_table] = row.first_micros if known is None else min(known, row.first_micros)
-    declarations = [
+    return [
         Declaration(
             source_table=row.source_table,
             column_types_json=row.column_types_json,
@@ -258,7 +248,6 @@ def _declarations(rows: DataFrame) -> tuple[list[Declaration], dict[str | None, 
         )
         for row in found
     ]
-    return declarations, first_micros
 
 
 def _some_keys(rows: DataFrame, source_table: str | None) -> tuple[str, ...] | None:
@@ -273,25 +262,19 @@ def _some_keys(rows: DataFrame, source_table: str | None) -> tuple[str, ...] | N
     return tuple(sorted(found[0].names)) if found else None
 
 
-def _first_keys(rows: DataFrame, source_table: str | None, first_micros: int | None) -> tuple[str, ...] | None:
-    """The key-column names of the table's first change in the window (a new target's keys).
+def _first_keys(rows: DataFrame, source_table: str | None) -> tuple[str, ...] | None:
+    """The key-column names of the table's first change in the window that names keys.
 
-    Asked only for a table without a target yet. The first change is almost always among
-    the rows of the table's first commit timestamp (``first_micros``): a literal bound that
-    Iceberg and Parquet prune by, so only those rows' maps are read. Only when none of them
-    names a key are all of the table's rows read.
+    Read only when :func:`_some_keys` cannot stand for it (some change names other key
+    columns): one aggregate over the table's rows.
     """
     first_change = F.struct("commit_ts", "ordering_key")
     with_keys = _table_rows(rows, source_table).where(F.size("keys") > 0)
-    candidates = [with_keys]
-    if first_micros is not None:
-        candidates.insert(0, with_keys.where(F.col("commit_ts") == F.timestamp_micros(F.lit(first_micros))))
-    for frame in candidates:
-        found = frame.agg(F.min_by(F.map_keys("keys"), first_change).alias("names")).first()
-        if found is not None and found.names:
-            # Sorted here, once, rather than per row (code-point order: Spark's order of UTF-8 text).
-            return tuple(sorted(found.names))
-    return None
+    found = with_keys.agg(F.min_by(F.map_keys("keys"), first_change).alias("names")).first()
+    if found is None or not found.names:
+        return None
+    # Sorted here, once, rather than per row (code-point order: Spark's order of UTF-8 text).
+    return tuple(sorted(found.names))
 
 
 def _table_rows(rows: DataFrame, source_table: str | None) -> DataFrame:
