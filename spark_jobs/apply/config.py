@@ -22,7 +22,7 @@ The same JSON object drives :func:`spark_jobs.apply.apply_window` (as a dict) an
       },
       "changelog_split_size_bytes": 8388608,                # changelog read split size (tuning)
       "result": "/path/result.json",                         # apply_job.py only
-      "fault_point": null                                    # tests: "after_target_commit" ...
+      "fault_point": null                                    # tests: "fail_target_commit", or a list
     }
 
 Table names are ``<namespace>.<name>`` inside ``catalog``; a mapping value without a dot is a
@@ -49,12 +49,16 @@ DEFAULT_TOMBSTONE_HORIZON = timedelta(days=7)
 DEFAULT_CHANGELOG_SPLIT_SIZE = 8 << 20
 TOMBSTONES_SUFFIX = "__tombstones"
 HISTORY_SUFFIX = "__history"
-# Where the job may be told to stop on purpose (crash tests): right after the named commit.
+# Where the job may be told to crash on purpose (crash tests). ``after_dead_letter_commit``
+# stops the job right after that commit, before any table's commit. A table's target,
+# tombstone and history commits run side by side, so a crash leaves any subset of them made:
+# ``fail_<role>_commit`` makes that one commit fail as if the job had died before making it,
+# while the commits beside it complete. Several may be named at once.
 FAULT_POINTS = (
     "after_dead_letter_commit",
-    "after_target_commit",
-    "after_tombstone_commit",
-    "after_history_commit",
+    "fail_target_commit",
+    "fail_tombstone_commit",
+    "fail_history_commit",
 )
 
 
@@ -101,7 +105,7 @@ class ApplyConfig:
     dead_letter_table: TableName | None = None
     on_dead_letter: str = "fail"
     tombstone_horizon: timedelta = DEFAULT_TOMBSTONE_HORIZON
-    fault_point: str | None = None
+    fault_points: frozenset[str] = frozenset()
     changelog_split_size: int = DEFAULT_CHANGELOG_SPLIT_SIZE
 
     @property
@@ -189,10 +193,14 @@ class ApplyConfig:
                 f"non-negative number of seconds"
             )
         fault_point = data.get("fault_point")
-        if fault_point is not None and fault_point not in FAULT_POINTS:
-            raise ApplyConfigError(
-                f"apply config: fault_point {fault_point!r} is not one of {list(FAULT_POINTS)}"
-            )
+        points = fault_point if isinstance(fault_point, (list, tuple)) else [fault_point]
+        for point in points:
+            if point is not None and point not in FAULT_POINTS:
+                raise ApplyConfigError(
+                    f"apply config: fault_point {point!r} is not one of {list(FAULT_POINTS)} "
+                    f"(or a list of them)"
+                )
+        fault_points = frozenset(point for point in points if point is not None)
         split_size = data.get("changelog_split_size_bytes", DEFAULT_CHANGELOG_SPLIT_SIZE)
         if isinstance(split_size, bool) or not isinstance(split_size, int) or split_size < 1 << 20:
             raise ApplyConfigError(
@@ -211,7 +219,7 @@ class ApplyConfig:
             dead_letter_table=dead_letter_table,
             on_dead_letter=on_dead_letter,
             tombstone_horizon=timedelta(seconds=float(horizon)),
-            fault_point=fault_point,
+            fault_points=fault_points,
             changelog_split_size=split_size,
         )
 

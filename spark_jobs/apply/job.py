@@ -18,13 +18,13 @@ Procedure (:func:`apply_window`):
 4. Dead letters of every table are appended in one tagged commit (unless the window's
    commit exists). With ``on_dead_letter = fail`` (the default) the job then stops with
    :class:`DeadLettersError`, before any target changes: the window fails, visibly.
-5. Per table, in this order, each only if the window's commit is not there yet: create or
-   evolve the tables, MERGE the target, MERGE the tombstones (with the purge), MERGE the
-   history. A target without rows yet is appended to instead of merged (its first window,
-   often an initial snapshot, is the largest). A crash between any two commits is repaired
-   by running the window again: the
-   re-run recomputes the same outcome from the same pre-window state and makes only the
-   missing commits, so the tables end as after one clean run (I1).
+5. Per table: create or evolve the tables, then make the window's missing commits side by
+   side (target MERGE, tombstone MERGE with the purge, history MERGE; each in its own thread,
+   so one's planning and commit overlap the others' work). A target without rows yet is
+   appended to instead of merged (its first window, often an initial snapshot, is the
+   largest). A crash leaves any subset of these commits made; running the window again
+   repairs it: the re-run recomputes the same outcome from the same pre-window state and
+   makes only the missing commits, so the tables end as after one clean run (I1).
 
 Exactly once thus rests on both mechanisms: window tags decide which commits are missing,
 and the ordering-key guard (target ``_cdc_seq`` and tombstones) makes any change that is
@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -50,7 +51,7 @@ from spark_jobs.apply.commits import (
     window_commit,
     window_properties,
 )
-from spark_jobs.apply.config import ApplyConfig
+from spark_jobs.apply.config import ApplyConfig, TableName
 from spark_jobs.changelog import check_changelog_columns
 from spark_jobs.apply.dead_letters import create_dead_letter_table, in_table_order
 from spark_jobs.apply.fold import (
@@ -83,7 +84,7 @@ class DeadLettersError(CdcError):
 
 
 class InjectedFault(CdcError):
-    """Raised at the configured ``fault_point`` (crash tests)."""
+    """Raised at a configured ``fault_point`` (crash tests)."""
 
 
 @dataclass
@@ -423,6 +424,14 @@ def _commit_dead_letters(spark: SparkSession, config: ApplyConfig, works: list[_
 
 
 def _commit_table(spark: SparkSession, config: ApplyConfig, work: _TableWork) -> None:
+    """Make the table's missing commits (target, tombstones, history), side by side.
+
+    The three commits are independent: each is computed from the same checkpointed fold and
+    the same pre-window snapshots, and a re-run makes whichever of them is missing (I1). So
+    they run in parallel threads, each Spark job using the cores the others leave idle while
+    they plan, join or commit. A failed commit does not stop the others; once all are done,
+    the first failure (in target, tombstones, history order) is raised.
+    """
     plan, result = work.plan, work.result
     if plan.reason is not None or result.already_applied:
         return
@@ -431,7 +440,8 @@ def _commit_table(spark: SparkSession, config: ApplyConfig, work: _TableWork) ->
     history_due = plan.history and bool(result.upserts + result.patches + result.deletes)
     target_due = bool(result.upserts + result.patches + work.deletes_in_target)
     window_id = config.window_id
-    if work.commits["target"] is None and target_due:
+
+    def commit_target() -> None:
         counts = {
             name: getattr(result, name)
             for name in (
@@ -444,23 +454,58 @@ def _commit_table(spark: SparkSession, config: ApplyConfig, work: _TableWork) ->
             append_target(plan, work.folded, window_id, window_properties(window_id, announced))
         else:
             merge_target(plan, work.folded, window_id, window_properties(window_id, announced))
-        work.commits["target"] = own_window_commit(spark, plan.target.qualified, window_id)
-        _fault(config, "after_target_commit")
-    if work.commits["tombstones"] is None and tombstones_due:
+
+    def commit_tombstones() -> None:
         if work.tombstones_before is None:  # no tombstones yet: nothing to match or purge
             append_tombstones(plan, work.folded, window_id, window_properties(window_id))
         else:
             cutoff = config.tombstone_cutoff if work.purge_due else None
             merge_tombstones(plan, work.folded, window_id, cutoff, window_properties(window_id))
-        work.commits["tombstones"] = own_window_commit(spark, plan.tombstones.qualified, window_id)
-        _fault(config, "after_tombstone_commit")
-    if plan.history and work.commits["history"] is None and history_due:
+
+    def commit_history() -> None:
         merge_history(plan, work.changes, work.folded, work.target_before, window_id, window_properties(window_id))
-        work.commits["history"] = own_window_commit(spark, plan.history_table.qualified, window_id)
-        _fault(config, "after_history_commit")
-    _record_snapshots(work)
+
+    due = {
+        "target": (target_due, plan.target, commit_target),
+        "tombstones": (tombstones_due, plan.tombstones, commit_tombstones),
+        "history": (history_due, plan.history_table, commit_history),
+    }
+    missing = [(role, table, run) for role, (wanted, table, run) in due.items() if wanted and work.commits[role] is None]
+
+    def commit(role: str, table: TableName, run: Callable[[], None]) -> None:
+        _fault(config, f"fail_{_FAULT_NAMES[role]}_commit")
+        run()
+        work.commits[role] = own_window_commit(spark, table.qualified, window_id)
+
+    try:
+        _side_by_side([lambda m=m: commit(*m) for m in missing])
+    finally:
+        _record_snapshots(work)
+
+
+_FAULT_NAMES = {"target": "target", "tombstones": "tombstone", "history": "history"}
+
+
+def _side_by_side(calls: list[Callable[[], None]]) -> None:
+    """Run ``calls`` in parallel threads (inline when there is one); raise the first failure.
+
+    Each thread inherits the caller's Spark local properties (job group, scheduler pool), so
+    its jobs show up, and can be cancelled, with the caller's.
+    """
+    if len(calls) <= 1:
+        for call in calls:
+            call()
+        return
+    from pyspark.util import inheritable_thread_target
+
+    with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="cdc-apply-commit") as pool:
+        futures = [pool.submit(inheritable_thread_target(call)) for call in calls]
+    for future in futures:
+        error = future.exception()
+        if error is not None:
+            raise error
 
 
 def _fault(config: ApplyConfig, point: str) -> None:
-    if config.fault_point == point:
+    if point in config.fault_points:
         raise InjectedFault(f"injected fault {point!r} in window {config.window_id!r} (fault_point)")

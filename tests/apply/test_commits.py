@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from spark_jobs.apply.commits import _iceberg_table, append_tagged, own_window_commit, window_commit, window_properties
 
+from .support import Changes, at, window
+
+W0, W1 = window(0), window(1)
+
 
 def _commit(lake, name: str, window_id: str) -> str:
     table = lake.table(name)
@@ -32,3 +36,25 @@ def test_a_commit_another_writer_followed_is_still_found(lake):
     lake.spark.sql(f"INSERT INTO {table} VALUES (9)")  # not tagged: the current snapshot is not ours
     assert own_window_commit(lake.spark, table, "w1") == window_commit(lake.spark, table, "w1")
     assert own_window_commit(lake.spark, table, "w1") is not None
+
+
+def test_a_tables_commits_made_side_by_side_run_in_the_callers_job_group(lake):
+    items = Changes("Items", {"id": "INT64", "v": "STRING"})
+    for key in (1, 2):
+        items.add(W0, "INSERT", key, {"v": "a"}, when=at(0, key))
+    items.add(W1, "UPDATE", 1, {"v": "b"}, when=at(1, 1))
+    items.add(W1, "DELETE", 2, when=at(1, 2))  # a target MERGE and a tombstone commit, side by side
+    lake.write(items)
+    lake.apply(W0)
+    context = lake.spark.sparkContext
+    tracker = context.statusTracker()
+    ungrouped_before = set(tracker.getJobIdsForGroup(None))
+    context.setJobGroup("cdc-apply-test", "apply W1")
+    try:
+        result = lake.apply(W1)
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)
+        context.setLocalProperty("spark.job.description", None)
+    assert result.table("Items").tombstone_snapshot_id is not None
+    assert tracker.getJobIdsForGroup("cdc-apply-test")
+    assert set(tracker.getJobIdsForGroup(None)) == ungrouped_before

@@ -49,6 +49,7 @@ def test_targets_come_from_the_mapping_or_the_source_table_name():
         ({"targets": {"namespace": "c", "mapping": {"A": "t", "B": "t"}}}, "both map to lake.c.t"),
         ({"window_id": "not-a-window"}, "cannot tell the window's end"),
         ({"fault_point": "somewhere"}, "fault_point 'somewhere'"),
+        ({"fault_point": ["fail_target_commit", "after_target_commit"]}, "fault_point 'after_target_commit'"),
         ({"targets": {"namespace": "c", "history": "yes"}}, "targets.history"),
     ],
 )

@@ -1,8 +1,10 @@
-"""A crash between the target commit and the tombstone commit, then a re-run, ends as a clean run.
+"""A crash between a table's commits, then a re-run, ends as a clean run (I1).
 
-The same windows are applied twice, into two namespaces: once cleanly, and once with the job
-stopped right after its target commit (``fault_point``) and then run again. History is on, so
-the re-run must also produce the history commit that the crash prevented.
+The target, tombstone and history commits of a table run side by side, so a crash can leave
+any of them made. The same windows are applied into three namespaces: once cleanly; once with
+the tombstone and history commits failing (``fault_point``), so only the target commit is
+made; once with the target commit failing, so only the tombstone and history commits are
+made. Each crashed window is then run again.
 """
 
 from __future__ import annotations
@@ -36,44 +38,67 @@ def contents(lake: Lake) -> dict:
     return {table: lake.rows(table, order_by="id,_cdc_seq") for table in TABLES}
 
 
+# The commits each crash lets through, by the commits it makes fail.
+CRASHES = {
+    "only the target committed": ["fail_tombstone_commit", "fail_history_commit"],
+    "only the tombstones and history committed": ["fail_target_commit"],
+}
+
+
+def tags_of(lake: Lake, table: str) -> list[str | None]:
+    return [s["summary"].get(WINDOW_SNAPSHOT_PROPERTY) for s in lake.snapshots(table)]
+
+
 @pytest.fixture(scope="module")
 def runs(module_lake):
-    crashed = module_lake
-    clean = Lake(crashed.spark, crashed.warehouse, crashed.namespace + "_clean")
-    for lake in (crashed, clean):
+    clean = module_lake
+    crashed = {
+        name: Lake(clean.spark, clean.warehouse, f"{clean.namespace}_crash{i}") for i, name in enumerate(CRASHES)
+    }
+    for lake in (clean, *crashed.values()):
         lake.write(history())
         lake.apply(W0, targets={"history": True})
     clean.apply(W1, targets={"history": True})
-    with pytest.raises(InjectedFault):
-        crashed.apply(W1, targets={"history": True}, fault_point="after_target_commit")
-    after_crash = {table: crashed.snapshots(table) for table in TABLES}
-    crashed.apply(W1, targets={"history": True})
-    return crashed, clean, after_crash
+    after_crash = {}
+    for name, lake in crashed.items():
+        with pytest.raises(InjectedFault):
+            lake.apply(W1, targets={"history": True}, fault_point=CRASHES[name])
+        after_crash[name] = {table: W1.window_id in tags_of(lake, table) for table in TABLES}
+        lake.apply(W1, targets={"history": True})
+    return clean, crashed, after_crash
 
 
-def test_the_crash_left_the_target_committed_and_the_tombstones_not(runs):
+def test_a_crash_can_leave_the_target_committed_and_the_tombstones_and_history_not(runs):
     _, _, after_crash = runs
-    tags = {table: [s["summary"].get(WINDOW_SNAPSHOT_PROPERTY) for s in snaps] for table, snaps in after_crash.items()}
-    assert W1.window_id in tags["Items"]
-    assert W1.window_id not in tags["Items__tombstones"]
-    assert W1.window_id not in tags["Items__history"]
+    assert after_crash["only the target committed"] == {"Items": True, "Items__tombstones": False, "Items__history": False}
 
 
-def test_rerun_after_the_crash_ends_identical_to_a_clean_run(runs):
-    crashed, clean, _ = runs
-    assert contents(crashed) == contents(clean)
+def test_a_crash_can_leave_the_tombstones_and_history_committed_and_the_target_not(runs):
+    _, _, after_crash = runs
+    assert after_crash["only the tombstones and history committed"] == {
+        "Items": False, "Items__tombstones": True, "Items__history": True,
+    }
+
+
+@pytest.mark.parametrize("crash", CRASHES)
+def test_rerun_after_the_crash_ends_identical_to_a_clean_run(runs, crash):
+    clean, crashed, _ = runs
+    assert contents(crashed[crash]) == contents(clean)
     for table in TABLES:
-        assert crashed.pyiceberg_rows(table, order_by="id,_cdc_seq") == clean.pyiceberg_rows(table, order_by="id,_cdc_seq")
+        assert crashed[crash].pyiceberg_rows(table, order_by="id,_cdc_seq") == clean.pyiceberg_rows(
+            table, order_by="id,_cdc_seq"
+        )
 
 
-def test_rerun_after_the_crash_commits_each_table_once_per_window(runs):
-    crashed, _, _ = runs
+@pytest.mark.parametrize("crash", CRASHES)
+def test_rerun_after_the_crash_commits_each_table_once_per_window(runs, crash):
+    _, crashed, _ = runs
     for table in TABLES:
-        tags = [s["summary"].get(WINDOW_SNAPSHOT_PROPERTY) for s in crashed.snapshots(table)]
-        assert tags.count(W1.window_id) == 1, table
+        assert tags_of(crashed[crash], table).count(W1.window_id) == 1, table
 
 
-def test_after_the_rerun_an_older_change_cannot_resurrect_the_deleted_key(runs):
-    crashed, _, _ = runs
-    crashed.apply(W2, targets={"history": True})
-    assert values_of(crashed.rows("Items"), "v", "n") == {1: ("a1", 10), 3: ("c", 30), 4: ("d", 4)}
+@pytest.mark.parametrize("crash", CRASHES)
+def test_after_the_rerun_an_older_change_cannot_resurrect_the_deleted_key(runs, crash):
+    _, crashed, _ = runs
+    crashed[crash].apply(W2, targets={"history": True})
+    assert values_of(crashed[crash].rows("Items"), "v", "n") == {1: ("a1", 10), 3: ("c", 30), 4: ("d", 4)}
