@@ -6,7 +6,8 @@ the commits already made, so each output table receives the window exactly once 
 reads the tables as they were before the window (the tagged snapshot's parent) so that what it
 recomputes for the missing commits is what the first run computed. A commit the job has just
 made, and the snapshot a frame is pinned to, are read from the table's metadata through the
-catalog (no Spark job); the search of the snapshots table is the fallback.
+catalog (no Spark job), and so are the window's earlier commits; the search of the snapshots
+table is the fallback.
 
 Appends are tagged with the writer option ``snapshot-property.<key>``. SQL ``MERGE`` on the
 Iceberg 1.10 / Spark 3.5 runtime ignores the session conf ``spark.sql.iceberg.snapshot-property.*``,
@@ -44,7 +45,25 @@ class WindowCommit:
 
 
 def window_commit(spark: SparkSession, table: str, window_id: str) -> WindowCommit | None:
-    """The (oldest) snapshot of ``table`` tagged with ``window_id``, or None."""
+    """The (oldest) snapshot of ``table`` tagged with ``window_id``, or None.
+
+    Searched in the table's metadata (one py4j call hands over all snapshots as JSON, no
+    Spark job); the ``snapshots`` metadata table is the fallback.
+    """
+    snapshots = _metadata_snapshots(spark, table)
+    if snapshots is not None:
+        tagged = [s for s in snapshots if (s.get("summary") or {}).get(WINDOW_SNAPSHOT_PROPERTY) == window_id]
+        if not tagged:
+            return None
+        oldest = min(tagged, key=lambda s: s.get("timestamp-ms", 0))
+        summary = {str(k): str(v) for k, v in oldest["summary"].items() if k != "operation"}
+        parent = oldest.get("parent-snapshot-id")
+        return WindowCommit(int(oldest["snapshot-id"]), None if parent is None else int(parent), summary)
+    return _snapshots_table_commit(spark, table, window_id)
+
+
+def _snapshots_table_commit(spark: SparkSession, table: str, window_id: str) -> WindowCommit | None:
+    """:func:`window_commit` through the ``snapshots`` metadata table (a Spark job)."""
     if not spark.catalog.tableExists(table):
         return None
     rows = spark.sql(
@@ -57,6 +76,25 @@ def window_commit(spark: SparkSession, table: str, window_id: str) -> WindowComm
     row = rows[0]
     parent = None if row.parent_id is None else int(row.parent_id)
     return WindowCommit(int(row.snapshot_id), parent, dict(row.summary or {}))
+
+
+def _metadata_snapshots(spark: SparkSession, table: str) -> list[dict] | None:
+    """The snapshots of ``table`` as its metadata file lists them ([] before the first commit).
+
+    None when the table does not exist or its metadata cannot be read this way (a catalog
+    that does not hand out Iceberg tables): callers then ask Spark SQL.
+    """
+    from py4j.protocol import Py4JError
+
+    iceberg = _iceberg_table(spark, table)
+    if iceberg is None:
+        return None
+    try:
+        parser = spark.sparkContext._jvm.org.apache.iceberg.TableMetadataParser
+        text = parser.toJson(iceberg.operations().current())
+    except Py4JError:  # not a table with TableOperations (a metadata or custom table)
+        return None
+    return json.loads(text).get("snapshots") or []
 
 
 def current_snapshot_id(spark: SparkSession, table: str) -> int | None:

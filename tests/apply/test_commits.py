@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from spark_jobs.apply.commits import _iceberg_table, append_tagged, own_window_commit, window_commit, window_properties
+from spark_jobs.apply.commits import (
+    _iceberg_table,
+    _metadata_snapshots,
+    _snapshots_table_commit,
+    append_tagged,
+    own_window_commit,
+    window_commit,
+    window_properties,
+)
 
 from .support import Changes, at, window
 
@@ -58,3 +66,14 @@ def test_a_tables_commits_made_side_by_side_run_in_the_callers_job_group(lake):
     assert result.table("Items").tombstone_snapshot_id is not None
     assert tracker.getJobIdsForGroup("cdc-apply-test")
     assert set(tracker.getJobIdsForGroup(None)) == ungrouped_before
+
+
+def test_the_metadata_search_finds_the_oldest_tagged_commit_as_the_snapshots_table_does(lake):
+    table = _commit(lake, "searched", "w1")
+    _commit(lake, "searched", "w2")
+    _commit(lake, "searched", "w1")  # a second commit tagged w1 (another writer's): the oldest counts
+    assert len(_metadata_snapshots(lake.spark, table)) == 3  # the metadata path, not its fallback
+    found = {w: window_commit(lake.spark, table, w) for w in ("w1", "w2", "w3")}
+    assert found == {w: _snapshots_table_commit(lake.spark, table, w) for w in ("w1", "w2", "w3")}
+    assert found["w3"] is None
+    assert found["w2"].parent_id == found["w1"].snapshot_id
