@@ -107,6 +107,13 @@ def current_snapshot_id(spark: SparkSession, table: str) -> int | None:
     return int(rows[0].snapshot_id) if rows else None
 
 
+def current_summary(spark: SparkSession, table: str) -> dict[str, str] | None:
+    """The summary of the table's current snapshot (totals such as ``total-records``), or None."""
+    iceberg = _iceberg_table(spark, table)
+    snapshot = None if iceberg is None else iceberg.currentSnapshot()
+    return None if snapshot is None else {str(k): str(v) for k, v in dict(snapshot.summary()).items()}
+
+
 def own_window_commit(spark: SparkSession, table: str, window_id: str) -> WindowCommit | None:
     """The window's commit of ``table`` just after this job made it.
 

@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
@@ -46,6 +47,7 @@ from airflow_cdc.model import CdcError
 from spark_jobs.apply.commits import (
     WindowCommit,
     append_tagged,
+    current_summary,
     own_window_commit,
     table_before,
     window_commit,
@@ -63,11 +65,13 @@ from spark_jobs.apply.fold import (
 )
 from spark_jobs.apply.schema import Declaration, TablePlan, plan_tables, prepare_target
 from spark_jobs.apply.targets import (
+    RUNTIME_GROUP_FILTER,
     append_target,
     append_tombstones,
     merge_history,
     merge_target,
     merge_tombstones,
+    rewrites_nearly_every_file,
 )
 
 
@@ -142,6 +146,8 @@ class _TableWork:
     purge_due: bool = False
     deletes_in_target: int = 0
     revives: int = 0
+    updates_in_target: int = 0  # upserts and patches of keys the target holds
+    target_summary: dict[str, str] | None = None  # of the target snapshot the fold read
     other_key_groups: int = 0  # folded groups of changes whose key columns are not the plan's
 
 
@@ -313,6 +319,8 @@ def _fold(spark: SparkSession, config: ApplyConfig, plan: TablePlan, rows: DataF
         return work
 
     target_before = table_before(spark, plan.target.qualified, work.commits["target"])
+    if target_before is not None and work.commits["target"] is None:
+        work.target_summary = current_summary(spark, plan.target.qualified)
     tombstones_before = table_before(spark, plan.tombstones.qualified, work.commits["tombstones"])
     # Tombstones past the horizon, counted as the fold's job reads the tombstones (no job of
     # its own): the tombstone MERGE purges them in the same commit, only when one exists,
@@ -356,6 +364,7 @@ def _count_metrics() -> list[Column]:
         F.count_if(action == "DELETE").alias("deletes"),
         F.count_if((action == "DELETE") & F.col("__in_target")).alias("deletes_in_target"),
         F.count_if(applied & F.col("__tombstoned")).alias("revives"),
+        F.count_if(applied & F.col("__in_target")).alias("updates_in_target"),
         F.count_if(F.col("__key").startswith("!")).alias("other_key_groups"),
     ]
 
@@ -371,6 +380,7 @@ def _record_counts(work: _TableWork, counts: Mapping[str, int]) -> None:
     result.deletes += counts["deletes"]
     work.deletes_in_target += counts["deletes_in_target"]
     work.revives += counts["revives"]
+    work.updates_in_target += counts["updates_in_target"]
     work.other_key_groups += counts["other_key_groups"]
 
 
@@ -477,8 +487,15 @@ def _commit_table(spark: SparkSession, config: ApplyConfig, work: _TableWork) ->
         run()
         work.commits[role] = own_window_commit(spark, table.qualified, window_id)
 
+    # A target MERGE that rewrites nearly every file anyway skips the search for the files
+    # to rewrite. (A session setting: set around all of the table's commits, not per thread.)
+    merging_target = target_due and work.commits["target"] is None and work.target_before is not None
+    skip_file_search = merging_target and rewrites_nearly_every_file(
+        work.target_summary, work.updates_in_target + work.deletes_in_target
+    )
     try:
-        _side_by_side([lambda m=m: commit(*m) for m in missing])
+        with _session_conf(spark, RUNTIME_GROUP_FILTER, "false") if skip_file_search else nullcontext():
+            _side_by_side([lambda m=m: commit(*m) for m in missing])
     finally:
         _record_snapshots(work)
 
@@ -504,6 +521,20 @@ def _side_by_side(calls: list[Callable[[], None]]) -> None:
         error = future.exception()
         if error is not None:
             raise error
+
+
+@contextmanager
+def _session_conf(spark: SparkSession, key: str, value: str) -> Iterator[None]:
+    """``key`` set to ``value`` in the session while the block runs, then as it was."""
+    previous = spark.conf.get(key, None)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        if previous is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, previous)
 
 
 def _fault(config: ApplyConfig, point: str) -> None:

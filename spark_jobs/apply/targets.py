@@ -18,6 +18,7 @@ Each statement is one Iceberg commit tagged with the window (``commits.sql_tagge
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import datetime
 
 from pyspark.sql import DataFrame, Window
@@ -77,6 +78,32 @@ def append_target(plan: TablePlan, folded: DataFrame, window_id: str, properties
     source = target_source(plan, folded, window_id).where(F.col("__action") == "UPSERT")
     columns = [*plan.key_names, *plan.columns, "_cdc_seq", "_cdc_commit_ts", "_cdc_window"]
     append_tagged(source.select(*[F.col(_q(c)) for c in columns]), plan.target.qualified, properties)
+
+
+# Before a copy-on-write MERGE, Spark first finds the target files that hold a matched key
+# (a join of the target's keys with the source's), so that only those files are rewritten.
+RUNTIME_GROUP_FILTER = "spark.sql.optimizer.runtime.rowLevelOperationGroupFilter.enabled"
+
+
+def rewrites_nearly_every_file(summary: Mapping[str, str] | None, changed_keys: int) -> bool:
+    """Whether a MERGE changing ``changed_keys`` existing rows rewrites nearly all target files.
+
+    Then the runtime filter (:data:`RUNTIME_GROUP_FILTER`) costs a join and prunes nothing.
+    Targets are not sorted by key, so a window's changed keys fall into files at random: a
+    file of ``n`` rows out of ``total`` escapes with probability ``(1 - changed/total)^n``.
+    "Nearly all" is less than a tenth of the files expected to escape. ``summary`` is the
+    target snapshot's summary (``total-records``, ``total-data-files``).
+    """
+    if not summary or changed_keys <= 0:
+        return False
+    try:
+        rows, files = int(summary["total-records"]), int(summary["total-data-files"])
+    except (KeyError, ValueError):
+        return False
+    if rows <= 0 or files <= 0:
+        return False
+    untouched = max(0.0, 1.0 - changed_keys / rows) ** (rows / files)
+    return untouched < 0.1
 
 
 def merge_target(plan: TablePlan, folded: DataFrame, window_id: str, properties: dict[str, str]) -> None:
