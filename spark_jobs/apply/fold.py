@@ -155,12 +155,16 @@ def parse_changes(
     # (the writers store names sorted), so one such map is one group.
     other_key = F.concat(F.lit("!"), F.concat_ws("\u0001", F.map_keys(km), F.map_values(km)))
     key = F.when(key_fits, typed_key).otherwise(other_key)
-    parsed = parsed.select("*", key.alias("__key"), key_fits.alias("__key_fits"))
     known_columns = list(dict.fromkeys([*plan.columns, *plan.key_names]))
     # Each known column is looked up once: present when its value is not NULL, and only for
     # a NULL value (absent, or set to NULL) is the key searched for. The count of known
     # columns present is the cheap test for unknown ones, whose names only the reason lists.
-    parsed = parsed.select("*", *[vm.getItem(c).alias(f"__g{i}") for i, c in enumerate(known_columns)])
+    parsed = parsed.select(
+        "*",
+        key.alias("__key"),
+        key_fits.alias("__key_fits"),
+        *[vm.getItem(c).alias(f"__g{i}") for i, c in enumerate(known_columns)],
+    )
     looked_up = {c: F.col(f"__g{i}") for i, c in enumerate(known_columns)}
     parsed = parsed.select(
         "*",
@@ -379,7 +383,9 @@ def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
         F.count_if(~live).over(whole).alias("__not_live"),
         F.max("__clash").over(whole).alias("__clash"),
         F.max("__row_bad").over(whole).alias("__row_bad"),
-        latest(live, F.col("ordering_key").alias("s"), F.col("op").alias("op"), F.col("commit_ts").alias("ts")).alias("__last"),
+        latest(live, F.col("ordering_key").alias("s"), F.col("__is_delete").alias("d"), F.col("commit_ts").alias("ts")).alias(
+            "__last"
+        ),
         latest(live & F.col("__is_reset"), F.col("ordering_key").alias("s"), F.col("__is_delete").alias("d")).alias("__reset"),
     ]
     for name in plan.columns:
@@ -387,23 +393,24 @@ def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
         per_key.append(latest(live & F.col(touched), F.col(value).alias("v")).alias(value))
     last_row = F.lead(F.lit(True)).over(by_key).isNull()
     folded = changes.select("__key", "__in_target", "__tombstoned", *per_key, last_row.alias("__last_row"))
-    folded = folded.where("__last_row").select(
-        "__key", "__changes", "__not_live", "__clash", "__row_bad", "__in_target", "__tombstoned",
-        F.col("__last.s").alias("__seq"),
-        F.col("__last.op").alias("__last_op"),
-        F.col("__last.ts").alias("__commit_ts"),
-        F.col("__reset.s").alias("__reset_seq"),
-        F.col("__reset.d").alias("__reset_is_delete"),
-        *[F.col(value).isNotNull().alias(touched) for value, touched in names.values.values()],
-        *[F.col(value).getField("v").alias(value) for value, _ in names.values.values()],
-    )
     # Type the folded values (one per key and column) and say why one does not convert.
     # Each value converts once: arrays are parsed into elements first, and a conversion
     # failed where a present value (or element) typed to NULL.
     value_names = {v for v, _ in names.values.values()}
     arrays = {name for name, kind in plan.columns.items() if kind.startswith("array<")}
-    folded = folded.select(
-        "*", *[array_elements(F.col(names.values[n][0])).alias(f"{names.values[n][0]}_e") for n in arrays]
+    folded = folded.where("__last_row").select(
+        "__key", "__changes", "__not_live", "__clash", "__row_bad", "__in_target", "__tombstoned",
+        F.col("__last.s").alias("__seq"),
+        F.col("__last.d").alias("__last_is_delete"),
+        F.col("__last.ts").alias("__commit_ts"),
+        F.col("__reset.s").alias("__reset_seq"),
+        F.col("__reset.d").alias("__reset_is_delete"),
+        *[F.col(value).isNotNull().alias(touched) for value, touched in names.values.values()],
+        *[F.col(value).getField("v").alias(value) for value, _ in names.values.values()],
+        *[
+            array_elements(F.col(names.values[n][0]).getField("v")).alias(f"{names.values[n][0]}_e")
+            for n in sorted(arrays)
+        ],
     )
     typed = []
     failed = []
@@ -439,7 +446,7 @@ def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
         )
         .when(row_bad, F.lit(None))  # the text names the bad change: see dead_letter_rows
         .when(F.col("__seq").isNull(), F.lit(None))
-        .when(F.col("__last_op") == "DELETE", F.lit(None))
+        .when(F.col("__last_is_delete"), F.lit(None))
         .when(
             F.col("__value_problem").isNotNull(),
             F.concat(F.lit("the key's folded row is bad: "), F.col("__value_problem")),
@@ -460,11 +467,11 @@ def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
     action = (
         F.when(key_reason.isNotNull() | row_bad, F.lit("DEAD"))
         .when(F.col("__seq").isNull(), F.lit("STALE"))
-        .when(F.col("__last_op") == "DELETE", F.lit("DELETE"))
+        .when(F.col("__last_is_delete"), F.lit("DELETE"))
         .when(has_reset, F.lit("UPSERT"))
         .otherwise(F.lit("PATCH"))
     )
-    return folded.withColumn("__key_reason", key_reason).withColumn("__action", action)
+    return folded.select("*", key_reason.alias("__key_reason"), action.alias("__action"))
 
 
 def dead_letter_rows(parsed: DataFrame, folded: DataFrame) -> DataFrame:
