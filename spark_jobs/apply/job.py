@@ -480,7 +480,9 @@ def _commit_table(spark: SparkSession, config: ApplyConfig, work: _TableWork) ->
         "tombstones": (tombstones_due, plan.tombstones, commit_tombstones),
         "history": (history_due, plan.history_table, commit_history),
     }
-    missing = [(role, table, run) for role, (wanted, table, run) in due.items() if wanted and work.commits[role] is None]
+    missing = [
+        (role, table, run) for role, (wanted, table, run) in due.items() if wanted and work.commits[role] is None
+    ]
 
     def commit(role: str, table: TableName, run: Callable[[], None]) -> None:
         _fault(config, f"fail_{_FAULT_NAMES[role]}_commit")
