@@ -183,32 +183,53 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
         dead_letter_table=config.dead_letter_table.qualified,
     )
     works: list[_TableWork] = []
-    for plan in plans:
-        work = _fold(spark, config, plan, rows)
-        if plan.source_table in guessed and (work.other_key_groups or plan.reason is not None):
-            # A new target's keys were guessed from any one change; only when some change
-            # names other key columns can the table's first change name others.
-            table = plan.source_table
-            first = _first_keys(rows, table)
-            if first != guessed[table]:
-                own = [d for d in declarations if d.source_table == table]
-                work = _fold(spark, config, plan_tables(spark, config, own, lambda _: first)[0], rows)
-        works.append(work)
-        result.tables.append(work.result)
-    _commit_dead_letters(spark, config, works, result)
-    if result.dead_letter_rows and config.on_dead_letter == "fail":
-        result.status = "failed"
-        raise DeadLettersError(
-            f"window {config.window_id!r} of stream {config.stream!r} has "
-            f"{result.dead_letter_rows} dead-lettered change row(s) (see "
-            f"{config.dead_letter_table}, column reason); policy on_dead_letter='fail' "
-            f"stops it before any target changes. Fix the cause, or set "
-            f"policies.on_dead_letter='continue' to apply the rest, and run the window again",
-            result,
-        )
-    for work in works:
-        _commit_table(spark, config, work)
+    try:
+        for plan in plans:
+            work = _fold(spark, config, plan, rows)
+            if plan.source_table in guessed and (work.other_key_groups or plan.reason is not None):
+                # A new target's keys were guessed from any one change; only when some change
+                # names other key columns can the table's first change name others.
+                table = plan.source_table
+                first = _first_keys(rows, table)
+                if first != guessed[table]:
+                    _release(work)
+                    own = [d for d in declarations if d.source_table == table]
+                    work = _fold(spark, config, plan_tables(spark, config, own, lambda _: first)[0], rows)
+            works.append(work)
+            result.tables.append(work.result)
+        _commit_dead_letters(spark, config, works, result)
+        if result.dead_letter_rows and config.on_dead_letter == "fail":
+            result.status = "failed"
+            raise DeadLettersError(
+                f"window {config.window_id!r} of stream {config.stream!r} has "
+                f"{result.dead_letter_rows} dead-lettered change row(s) (see "
+                f"{config.dead_letter_table}, column reason); policy on_dead_letter='fail' "
+                f"stops it before any target changes. Fix the cause, or set "
+                f"policies.on_dead_letter='continue' to apply the rest, and run the window again",
+                result,
+            )
+        for work in works:
+            _commit_table(spark, config, work)
+    finally:
+        for work in works:
+            _release(work)
     return result
+
+
+def _release(work: _TableWork) -> None:
+    """Free the memory of the table's checkpointed frames now, not at a later JVM GC.
+
+    A local checkpoint keeps its blocks (the folded keys: tens of MB per window) until the
+    checkpointed RDD is garbage collected; a session that applies window after window would
+    carry them into the next window's fold.
+    """
+    for frame in (work.folded, work.changes):
+        if frame is None:
+            continue
+        plan = frame._jdf.queryExecution().logical()
+        if plan.getClass().getSimpleName() == "LogicalRDD":  # a checkpoint (changes is one only with history)
+            plan.rdd().unpersist(False)
+    work.folded = work.changes = None
 
 
 def _require_catalog(spark: SparkSession, catalog: str) -> None:

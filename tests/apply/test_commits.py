@@ -77,3 +77,15 @@ def test_the_metadata_search_finds_the_oldest_tagged_commit_as_the_snapshots_tab
     assert found == {w: _snapshots_table_commit(lake.spark, table, w) for w in ("w1", "w2", "w3")}
     assert found["w3"] is None
     assert found["w2"].parent_id == found["w1"].snapshot_id
+
+
+def test_the_windows_checkpointed_frames_are_freed_when_the_job_ends(lake):
+    items = Changes("Items", {"id": "INT64", "v": "STRING"})
+    for key in range(1, 50):
+        items.add(W0, "INSERT", key, {"v": "a"}, when=at(0, key))
+    lake.write(items)
+    context = lake.spark.sparkContext
+    persisted_before = {info.id() for info in context._jsc.sc().getRDDStorageInfo()}
+    lake.apply(W0, targets={"history": True})  # history checkpoints the ordered changes too
+    persisted_after = {info.id() for info in context._jsc.sc().getRDDStorageInfo()}
+    assert persisted_after <= persisted_before
