@@ -109,9 +109,8 @@ def current_snapshot_id(spark: SparkSession, table: str) -> int | None:
 
 def current_summary(spark: SparkSession, table: str) -> dict[str, str] | None:
     """The summary of the table's current snapshot (totals such as ``total-records``), or None."""
-    iceberg = _iceberg_table(spark, table)
-    snapshot = None if iceberg is None else iceberg.currentSnapshot()
-    return None if snapshot is None else {str(k): str(v) for k, v in dict(snapshot.summary()).items()}
+    snapshot = _current_snapshot(spark, table)
+    return None if snapshot is None else _summary(snapshot)
 
 
 def own_window_commit(spark: SparkSession, table: str, window_id: str) -> WindowCommit | None:
@@ -121,14 +120,23 @@ def own_window_commit(spark: SparkSession, table: str, window_id: str) -> Window
     Spark job; when another writer committed since, the snapshots are searched
     (:func:`window_commit`).
     """
-    iceberg = _iceberg_table(spark, table)
-    snapshot = None if iceberg is None else iceberg.currentSnapshot()
+    snapshot = _current_snapshot(spark, table)
     if snapshot is not None:
-        summary = {str(k): str(v) for k, v in dict(snapshot.summary()).items()}
+        summary = _summary(snapshot)
         if summary.get(WINDOW_SNAPSHOT_PROPERTY) == window_id:
             parent = snapshot.parentId()
             return WindowCommit(int(snapshot.snapshotId()), None if parent is None else int(parent), summary)
     return window_commit(spark, table, window_id)
+
+
+def _current_snapshot(spark: SparkSession, table: str):
+    """The table's current Iceberg ``Snapshot`` (Java), or None (no table, or no snapshot yet)."""
+    iceberg = _iceberg_table(spark, table)
+    return None if iceberg is None else iceberg.currentSnapshot()
+
+
+def _summary(snapshot) -> dict[str, str]:
+    return {str(k): str(v) for k, v in dict(snapshot.summary()).items()}
 
 
 def _iceberg_table(spark: SparkSession, table: str):
