@@ -383,9 +383,9 @@ def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
         F.count_if(~live).over(whole).alias("__not_live"),
         F.max("__clash").over(whole).alias("__clash"),
         F.max("__row_bad").over(whole).alias("__row_bad"),
-        latest(live, F.col("ordering_key").alias("s"), F.col("__is_delete").alias("d"), F.col("commit_ts").alias("ts")).alias(
-            "__last"
-        ),
+        latest(
+            live, F.col("ordering_key").alias("s"), F.col("__is_delete").alias("d"), F.col("commit_ts").alias("ts")
+        ).alias("__last"),
         latest(live & F.col("__is_reset"), F.col("ordering_key").alias("s"), F.col("__is_delete").alias("d")).alias("__reset"),
     ]
     for name in plan.columns:
