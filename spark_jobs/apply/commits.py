@@ -19,6 +19,7 @@ server, which calls back into the same session.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -185,6 +186,9 @@ def append_tagged(frame: DataFrame, table: str, properties: Mapping[str, str]) -
     writer.append()
 
 
+_CALLBACK_SERVER_START = threading.Lock()
+
+
 class _SqlCall:
     """A ``java.util.concurrent.Callable`` that runs one SQL statement in the session."""
 
@@ -209,7 +213,8 @@ def sql_tagged(spark: SparkSession, statement: str, properties: Mapping[str, str
     from pyspark.java_gateway import ensure_callback_server_started
 
     context = spark.sparkContext
-    ensure_callback_server_started(context._gateway)
+    with _CALLBACK_SERVER_START:  # commits run side by side: start the server once
+        ensure_callback_server_started(context._gateway)
     jvm = context._jvm
     java_properties = jvm.java.util.HashMap()
     for key, value in properties.items():
