@@ -39,6 +39,7 @@ from airflow_cdc.model import (
     validate_identifier,
 )
 from airflow_cdc.spark.job import ChangelogWriteResult, split_table_name
+from spark_jobs.commits import append_tagged, own_window_commit, window_commit
 
 _SPARK_TYPES = {
     "string": T.StringType,
@@ -151,12 +152,8 @@ def find_window_commit(spark: SparkSession, table: str, window_id: str) -> Windo
 
 def tagged_snapshot_id(spark: SparkSession, table: str, window_id: str) -> int | None:
     """The id of the snapshot of ``table`` tagged with ``window_id``, if any (the oldest)."""
-    rows = spark.sql(
-        f"SELECT snapshot_id FROM {table}.snapshots "
-        f"WHERE summary[:property] = :window_id ORDER BY committed_at LIMIT 1",
-        args={"property": WINDOW_SNAPSHOT_PROPERTY, "window_id": window_id},
-    ).collect()
-    return int(rows[0].snapshot_id) if rows else None
+    commit = window_commit(spark, table, window_id)
+    return None if commit is None else commit.snapshot_id
 
 
 def change_row_tuple(line: str) -> tuple:
@@ -205,15 +202,13 @@ def append_window(
     ``extra_properties`` go into the same snapshot summary (e.g. the extract job's outcome
     file), so they are committed atomically with the rows; they cannot replace the window tag.
     """
-    properties = {**dict(extra_properties or {}), WINDOW_SNAPSHOT_PROPERTY: window_id}
-    writer = frame.writeTo(table)
-    for key, value in properties.items():
-        writer = writer.option(f"snapshot-property.{key}", str(value))
-    writer.append()
-    snapshot_id = tagged_snapshot_id(spark, table, window_id)
-    if snapshot_id is None:  # the commit just made must carry the tag
+    extra = {key: str(value) for key, value in dict(extra_properties or {}).items()}
+    properties = {**extra, WINDOW_SNAPSHOT_PROPERTY: window_id}
+    append_tagged(frame, table, properties)
+    committed = own_window_commit(spark, table, window_id)
+    if committed is None:  # the commit just made must carry the tag
         raise CdcError(f"append to {table} made no snapshot tagged {window_id!r}")
-    return snapshot_id
+    return committed.snapshot_id
 
 
 # Snapshot summary property holding the window's outcome (WindowOutcomeFile JSON), committed

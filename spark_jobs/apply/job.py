@@ -44,7 +44,7 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_cdc.model import CdcError
-from spark_jobs.apply.commits import (
+from spark_jobs.commits import (
     WindowCommit,
     append_tagged,
     current_summary,

@@ -25,7 +25,7 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from airflow_cdc.model import format_ts
-from spark_jobs.apply.commits import append_tagged, sql_tagged
+from spark_jobs.commits import append_tagged, sql_tagged
 from spark_jobs.apply.fold import fold_columns, key_columns, key_text
 from spark_jobs.apply.schema import TablePlan
 from spark_jobs.apply.values import typed_value

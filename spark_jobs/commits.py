@@ -1,5 +1,7 @@
 """Window-tagged Iceberg commits: find a window's commit, and commit SQL or appends with the tag.
 
+Shared by the changelog writers (``changelog.py``) and the apply job (``apply/``).
+
 Every commit apply makes carries ``WINDOW_SNAPSHOT_PROPERTY = <window id>`` in its snapshot
 summary (plus the apply's own properties). A re-run of the window finds those tags and skips
 the commits already made, so each output table receives the window exactly once (I1), and
