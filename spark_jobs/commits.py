@@ -101,11 +101,13 @@ def _metadata_snapshots(spark: SparkSession, table: str) -> list[dict] | None:
 
 
 def current_snapshot_id(spark: SparkSession, table: str) -> int | None:
-    """The snapshot the table's main branch points at (None: no snapshot yet)."""
+    """The snapshot the table's main branch points at (None: no such table, or no snapshot yet)."""
     iceberg = _iceberg_table(spark, table)
     if iceberg is not None:
         snapshot = iceberg.currentSnapshot()
         return None if snapshot is None else int(snapshot.snapshotId())
+    if not spark.catalog.tableExists(table):
+        return None
     rows = spark.sql(f"SELECT snapshot_id FROM {table}.refs WHERE name = 'main'").collect()
     return int(rows[0].snapshot_id) if rows else None
 
@@ -172,8 +174,7 @@ def table_before(spark: SparkSession, table: str, commit: WindowCommit | None) -
     evaluates it again after this job's own commits, see those commits. None when the table
     did not exist or had no snapshot yet (nothing to read).
     """
-    if not spark.catalog.tableExists(table):
-        return None
+    # A window's commit implies the table; otherwise the metadata lookup tells whether it exists.
     snapshot_id = current_snapshot_id(spark, table) if commit is None else commit.parent_id
     if snapshot_id is None:
         return None
