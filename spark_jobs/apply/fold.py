@@ -35,46 +35,57 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import reduce
 
-from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from airflow_cdc.model import CHANGELOG_COLUMNS
 from spark_jobs.apply.schema import TablePlan
+from spark_jobs.apply.sql import Query, any_of, case_when, coalesce_false, name, string, temp_views
+from spark_jobs.apply.sql import frame as sql_frame
 from spark_jobs.apply.values import array_elements, bad_value, conversion_failed, typed_value
 
 OPS = ("INSERT", "UPDATE", "DELETE", "READ")
 IMAGES = ("FULL", "PARTIAL")
-_RAW_COLUMNS = [name for name, _ in CHANGELOG_COLUMNS]
+_RAW_COLUMNS = [column for column, _ in CHANGELOG_COLUMNS]
 _REASON_TEXT_LIMIT = 200
+# A key's changes in ordering-key order (the guard's rows, with a NULL ordering key, first),
+# and the whole of them.
+_BY_KEY = "PARTITION BY __key ORDER BY ordering_key, __h"
+_WHOLE_KEY = f"{_BY_KEY} ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING"
+_WINDOWS = {"k": _BY_KEY, "w": _WHOLE_KEY}
 
 
-def key_text(parts: list[tuple[Column, str]]) -> Column:
-    """The canonical text of a key (its typed values), used to shuffle, sort, join and group.
+def key_text(parts: list[tuple[str, str]]) -> str:
+    """SQL text: the canonical text of a key (its typed values), to shuffle, sort, join and group.
 
-    A string sorts and hashes much faster than a struct, and typed values give one text per
-    key whatever their JSON spelling (``1`` and ``"1"``). NULL parts stay distinct. One key
-    column: ``v<value>`` or ``n`` (NULL); several: a JSON array of the values as text.
-    Rows that address no target row get keys starting with ``!`` (see :func:`parse_changes`).
+    ``parts`` are (SQL text of a typed key value, its Spark type). A string sorts and hashes
+    much faster than a struct, and typed values give one text per key whatever their JSON
+    spelling (``1`` and ``"1"``). NULL parts stay distinct. One key column: ``v<value>`` or
+    ``n`` (NULL); several: a JSON array of the values as text. Rows that address no target
+    row get keys starting with ``!`` (see :func:`parse_changes`).
     """
-    texts = [F.base64(c) if t == "binary" else c.cast("string") for c, t in parts]
+    texts = [f"base64({c})" if t == "binary" else f"CAST({c} AS STRING)" for c, t in parts]
     if len(texts) == 1:
-        return F.coalesce(F.concat(F.lit("v"), texts[0]), F.lit("n"))
-    return F.to_json(F.array(*texts))
+        return f"coalesce(concat('v', {texts[0]}), 'n')"
+    return f"to_json(array({', '.join(texts)}))"
 
 
-def key_columns(plan: TablePlan) -> list[Column]:
-    """The typed key columns, named as in the target, recovered from ``__key``."""
+def stored_key_text(plan: TablePlan) -> str:
+    """SQL text: :func:`key_text` of a row of the target (or its tombstones, or history)."""
+    return key_text([(f"CAST({name(k)} AS {plan.key_types[k]})", plan.key_types[k]) for k in plan.key_names])
+
+
+def key_columns(plan: TablePlan) -> list[str]:
+    """SQL texts: the typed key columns, named as in the target, recovered from ``__key``."""
     if len(plan.key_names) == 1:
-        texts = [F.when(F.col("__key") != "n", F.expr("substring(__key, 2)"))]
+        texts = ["CASE WHEN __key != 'n' THEN substring(__key, 2) END"]
     else:
-        parsed = F.from_json(F.col("__key"), "array<string>")
-        texts = [parsed.getItem(i) for i in range(len(plan.key_names))]
+        texts = [f"from_json(__key, 'array<string>')[{i}]" for i in range(len(plan.key_names))]
     columns = []
-    for text, name in zip(texts, plan.key_names):
-        kind = plan.key_types[name]
-        columns.append((F.unbase64(text) if kind == "binary" else text.cast(kind)).alias(name))
+    for text, key in zip(texts, plan.key_names):
+        kind = plan.key_types[key]
+        columns.append(f"{f'unbase64({text})' if kind == 'binary' else f'CAST({text} AS {kind})'} AS {name(key)}")
     return columns
 
 
@@ -87,17 +98,17 @@ class FoldColumns:
 
 def fold_columns(plan: TablePlan) -> FoldColumns:
     return FoldColumns(
-        values={name: (f"__v{i}", f"__s{i}") for i, name in enumerate(plan.columns)},
+        values={column: (f"__v{i}", f"__s{i}") for i, column in enumerate(plan.columns)},
     )
 
 
-def _text(value: Column) -> Column:
-    """A value quoted for a reason: 'text' (cut at 200 characters) or NULL."""
-    return F.coalesce(F.concat(F.lit("'"), F.substring(value, 1, _REASON_TEXT_LIMIT), F.lit("'")), F.lit("NULL"))
+def _text(value: str) -> str:
+    """SQL text: a value quoted for a reason: 'text' (cut at 200 characters) or NULL."""
+    return f"coalesce(concat('\\'', substring({value}, 1, {_REASON_TEXT_LIMIT}), '\\''), 'NULL')"
 
 
-def _names(values: Column) -> Column:
-    return F.concat(F.lit("["), F.array_join(values, ", "), F.lit("]"))
+def _names(values: str) -> str:
+    return f"concat('[', array_join({values}, ', '), ']')"
 
 
 FOLD_INPUT = ("op", "image", "keys", "new_values", "commit_ts", "ordering_key")
@@ -108,14 +119,10 @@ def fold_input(plan: TablePlan) -> tuple[str, ...]:
     return FOLD_INPUT + (("column_types_json",) if plan.bad_declarations else ())
 
 
-def parse_changes(
-    rows: DataFrame,
-    plan: TablePlan,
-    carry: Sequence[str] = tuple(_RAW_COLUMNS),
-    check_values: bool = True,
-    reasons: bool = True,
-) -> DataFrame:
-    """Step 1: the ``carry`` columns plus the key, value texts, touched flags and row problems.
+def _parse(
+    query: Query, plan: TablePlan, carry: Sequence[str], check_values: bool, reasons: bool
+) -> list[str]:
+    """Step 1 as stages of ``query`` (which reads the changelog rows); returns the output's columns.
 
     ``keys`` and ``new_values`` are maps of column name -> value text (``value_text`` in the
     model), so nothing is parsed here: a column is *touched* when its name is in the map
@@ -139,137 +146,152 @@ def parse_changes(
     fold reads (Spark prunes the others).
     """
     names = fold_columns(plan)
-    km, vm = F.col("keys"), F.col("new_values")
     expected_keys = sorted(plan.key_names)
     # Cheap (no sort, no lambda): as many keys as expected, and each expected one present.
-    key_fits = F.coalesce(F.size(km) == len(expected_keys), F.lit(False))
-    for name in expected_keys:
-        key_fits = key_fits & F.coalesce(F.map_contains_key(km, name), F.lit(False))
-    # Each key value is looked up and typed once; the key text and the bad-value test use it.
-    parsed = rows.select(*carry, *[km.getItem(k).alias(f"__rk{i}") for i, k in enumerate(plan.key_names)])
-    parsed = parsed.select(
-        "*", *[typed_value(F.col(f"__rk{i}"), plan.key_types[k]).alias(f"__tk{i}") for i, k in enumerate(plan.key_names)]
+    key_fits = " AND ".join(
+        [coalesce_false(f"size(keys) = {len(expected_keys)}")]
+        + [coalesce_false(f"map_contains_key(keys, {string(k)})") for k in expected_keys]
     )
-    typed_key = key_text([(F.col(f"__tk{i}"), plan.key_types[k]) for i, k in enumerate(plan.key_names)])
+    # Each key value is looked up and typed once; the key text and the bad-value test use it.
+    query.select([*carry, *[f"keys[{string(k)}] AS __rk{i}" for i, k in enumerate(plan.key_names)]])
+    query.select(["*", *[f"{typed_value(f'__rk{i}', plan.key_types[k])} AS __tk{i}" for i, k in enumerate(plan.key_names)]])
+    typed_key = key_text([(f"__tk{i}", plan.key_types[k]) for i, k in enumerate(plan.key_names)])
     # The text of a key map that is not the target's: names and values in the map's order
     # (the writers store names sorted), so one such map is one group.
-    other_key = F.concat(F.lit("!"), F.concat_ws("\u0001", F.map_keys(km), F.map_values(km)))
-    key = F.when(key_fits, typed_key).otherwise(other_key)
+    other_key = "concat('!', concat_ws('\\u0001', map_keys(keys), map_values(keys)))"
     known_columns = list(dict.fromkeys([*plan.columns, *plan.key_names]))
     # Each known column is looked up once: present when its value is not NULL, and only for
     # a NULL value (absent, or set to NULL) is the key searched for. The count of known
     # columns present is the cheap test for unknown ones, whose names only the reason lists.
-    parsed = parsed.select(
-        "*",
-        key.alias("__key"),
-        key_fits.alias("__key_fits"),
-        *[vm.getItem(c).alias(f"__g{i}") for i, c in enumerate(known_columns)],
+    query.select(
+        [
+            "*",
+            f"CASE WHEN {key_fits} THEN {typed_key} ELSE {other_key} END AS __key",
+            f"{key_fits} AS __key_fits",
+            *[f"new_values[{string(c)}] AS __g{i}" for i, c in enumerate(known_columns)],
+        ]
     )
-    looked_up = {c: F.col(f"__g{i}") for i, c in enumerate(known_columns)}
-    parsed = parsed.select(
-        "*",
-        *[
-            (looked_up[c].isNotNull() | F.coalesce(F.map_contains_key(vm, c), F.lit(False))).alias(f"__p{i}")
-            for i, c in enumerate(known_columns)
-        ],
+    looked_up = {c: f"__g{i}" for i, c in enumerate(known_columns)}
+    query.select(
+        [
+            "*",
+            *[
+                f"(__g{i} IS NOT NULL OR {coalesce_false(f'map_contains_key(new_values, {string(c)})')}) AS __p{i}"
+                for i, c in enumerate(known_columns)
+            ],
+        ]
     )
-    present = {c: F.col(f"__p{i}") for i, c in enumerate(known_columns)}
-    op, image = F.col("op"), F.col("image")
-    is_delete = op == "DELETE"
-    is_reset = op.isin("INSERT", "READ", "DELETE") | (image == "FULL")
+    present = {c: f"__p{i}" for i, c in enumerate(known_columns)}
+    is_delete = "(op = 'DELETE')"
+    is_reset = "(op IN ('INSERT', 'READ', 'DELETE') OR image = 'FULL')"
     problems = _row_problems(plan, known_columns, present, looked_up, check_values)
     if reasons:
-        problem = F.coalesce(*[F.when(condition, text()) for condition, text in problems]).alias("__row_reason")
+        problem = f"coalesce({', '.join(f'CASE WHEN {c} THEN {text()} END' for c, text in problems)}) AS __row_reason"
     else:
-        flags = [F.coalesce(condition, F.lit(False)) for condition, _ in problems]
-        problem = reduce(lambda a, b: a | b, flags).alias("__row_bad")
-    return parsed.select(
+        problem = f"({' OR '.join(coalesce_false(c) for c, _ in problems)}) AS __row_bad"
+    columns = [
         *carry,
         "__key",
         problem,
-        is_delete.alias("__is_delete"),
-        is_reset.alias("__is_reset"),
-        F.xxhash64("op", "image", F.map_keys(vm), F.map_values(vm), "commit_ts").alias("__h"),
-        *[(is_reset | present[name]).alias(names.values[name][1]) for name in plan.columns],
-        *[F.when(~is_delete, looked_up[name]).alias(names.values[name][0]) for name in plan.columns],
-    )
+        f"{is_delete} AS __is_delete",
+        f"{is_reset} AS __is_reset",
+        "xxhash64(op, image, map_keys(new_values), map_values(new_values), commit_ts) AS __h",
+        *[f"({is_reset} OR {present[c]}) AS {names.values[c][1]}" for c in plan.columns],
+        *[f"CASE WHEN NOT {is_delete} THEN {looked_up[c]} END AS {names.values[c][0]}" for c in plan.columns],
+    ]
+    query.select(columns)
+    return [*carry, "__key", "__row_reason" if reasons else "__row_bad", "__is_delete", "__is_reset", "__h",
+            *[names.values[c][1] for c in plan.columns], *[names.values[c][0] for c in plan.columns]]
+
+
+def parse_changes(
+    rows: DataFrame,
+    plan: TablePlan,
+    carry: Sequence[str] = tuple(_RAW_COLUMNS),
+    check_values: bool = True,
+    reasons: bool = True,
+) -> DataFrame:
+    """Step 1: the ``carry`` columns plus the key, value texts, touched flags and row problems.
+
+    See :func:`_parse`; this is the frame of it (the dead-letter path's, with reasons).
+    """
+    spark = rows.sparkSession
+    with temp_views(spark, {"rows": rows}) as views:
+        query = Query(views["rows"])
+        _parse(query, plan, carry, check_values, reasons)
+        return sql_frame(spark, query.sql())
 
 
 def _row_problems(
     plan: TablePlan,
     known_columns: list[str],
-    present: dict[str, Column],
-    looked_up: dict[str, Column],
+    present: dict[str, str],
+    looked_up: dict[str, str],
     check_values: bool,
-) -> list[tuple[Column, Callable[[], Column]]]:
+) -> list[tuple[str, Callable[[], str]]]:
     """The rules a change row must keep, in the order its reason names them: (broken, reason text).
 
-    Conditions use the columns :func:`parse_changes` computed (``__key_fits``, ``__rk<i>``,
-    ``__tk<i>``, ``__g<i>``, ``__p<i>``); texts are built only when reasons are asked for.
+    Conditions (SQL text) use the columns :func:`_parse` computed (``__key_fits``,
+    ``__rk<i>``, ``__tk<i>``, ``__g<i>``, ``__p<i>``); texts are built only when reasons
+    are asked for.
     """
-    km, vm = F.col("keys"), F.col("new_values")
-    op, image = F.col("op"), F.col("image")
-    is_delete = op == "DELETE"
+    is_delete = "(op = 'DELETE')"
     expected_keys = sorted(plan.key_names)
 
-    def other_keys() -> Column:
-        return F.when(F.coalesce(F.size(km), F.lit(0)) <= 0, F.lit("keys is empty: the row names no key columns")).otherwise(
-            F.concat(
-                F.lit("key columns "),
-                _names(F.sort_array(F.map_keys(km))),
-                F.lit(
-                    f" differ from the key columns {expected_keys} of target {plan.target}: the "
-                    f"row cannot be matched to a target row"
-                ),
-            )
+    def other_keys() -> str:
+        differ = string(
+            f" differ from the key columns {expected_keys} of target {plan.target}: the "
+            f"row cannot be matched to a target row"
+        )
+        return case_when(
+            [("coalesce(size(keys), 0) <= 0", string("keys is empty: the row names no key columns"))],
+            f"concat('key columns ', {_names('sort_array(map_keys(keys))')}, {differ})",
         )
 
-    problems: list[tuple[Column, Callable[[], Column]]] = [
-        (~F.col("__key_fits"), other_keys),
+    problems: list[tuple[str, Callable[[], str]]] = [
+        ("NOT __key_fits", other_keys),
         (
-            ~op.isin(*OPS) | op.isNull(),
-            lambda: F.concat(F.lit("op "), _text(op), F.lit(" is not one of " + ", ".join(OPS))),
+            f"(NOT op IN ({', '.join(map(string, OPS))}) OR op IS NULL)",
+            lambda: f"concat('op ', {_text('op')}, {string(' is not one of ' + ', '.join(OPS))})",
         ),
         (
-            ~is_delete & (~image.isin(*IMAGES) | image.isNull()),
-            lambda: F.concat(F.lit("image "), _text(image), F.lit(" is not FULL or PARTIAL")),
+            f"(NOT {is_delete} AND (NOT image IN ({', '.join(map(string, IMAGES))}) OR image IS NULL))",
+            lambda: f"concat('image ', {_text('image')}, ' is not FULL or PARTIAL')",
         ),
     ]
     for reason, declarations in _group_by_reason(plan.bad_declarations).items():
         known = [d for d in declarations if d is not None]
-        condition = F.col("column_types_json").isin(*known) if known else F.lit(False)
+        conditions = [f"column_types_json IN ({', '.join(map(string, known))})"] if known else []
         if None in declarations:
-            condition = condition | F.col("column_types_json").isNull()
-        problems.append((condition, lambda reason=reason: F.lit(reason)))
-    known_present = sum(present[c].cast("int") for c in known_columns)
+            conditions.append("column_types_json IS NULL")
+        problems.append((any_of(conditions), lambda reason=reason: string(reason)))
+    known_present = " + ".join(f"CAST({present[c]} AS INT)" for c in known_columns) or "0"
+    unknown = f"array_except(map_keys(new_values), array({', '.join(map(string, known_columns))}))"
+    unknown_reason = string(f" that no column_types of {plan.source_table!r} in this window declares")
     problems.append(
         (
-            F.coalesce(F.size(vm), F.lit(0)) > known_present,
-            lambda: F.concat(
-                F.lit("new_values has column(s) "),
-                _names(F.array_except(F.map_keys(vm), F.array(*[F.lit(c) for c in known_columns]))),
-                F.lit(f" that no column_types of {plan.source_table!r} in this window declares"),
-            ),
+            f"coalesce(size(new_values), 0) > ({known_present})",
+            lambda: f"concat('new_values has column(s) ', {_names(unknown)}, {unknown_reason})",
         )
     )
-    for i, name in enumerate(plan.key_names):
-        raw, kind = F.col(f"__rk{i}"), plan.key_types[name]
+    for i, key in enumerate(plan.key_names):
+        kind = plan.key_types[key]
         problems.append(
             (
-                conversion_failed(raw, F.col(f"__tk{i}"), kind),
-                lambda name=name, raw=raw, kind=kind: F.concat(
-                    F.lit(f"key column {name!r} value "), _text(raw), F.lit(f" is not a {kind}")
+                conversion_failed(f"__rk{i}", f"__tk{i}", kind),
+                lambda key=key, i=i, kind=kind: (
+                    f"concat({string(f'key column {key!r} value ')}, {_text(f'__rk{i}')}, {string(f' is not a {kind}')})"
                 ),
             )
         )
     if check_values:
-        for name, spark_type in plan.columns.items():
-            raw = looked_up[name]
+        for column, spark_type in plan.columns.items():
+            raw = looked_up[column]
             problems.append(
                 (
-                    ~is_delete & bad_value(raw, spark_type),
-                    lambda name=name, raw=raw, spark_type=spark_type: F.concat(
-                        F.lit(f"column {name!r} value "), _text(raw), F.lit(f" is not a {spark_type}")
+                    f"(NOT {is_delete} AND {bad_value(raw, spark_type)})",
+                    lambda column=column, raw=raw, spark_type=spark_type: (
+                        f"concat({string(f'column {column!r} value ')}, {_text(raw)}, {string(f' is not a {spark_type}')})"
                     ),
                 )
             )
@@ -284,79 +306,80 @@ def _group_by_reason(bad: dict[str | None, str]) -> dict[str, list[str | None]]:
 
 
 def ordered_changes(
-    parsed: DataFrame, plan: TablePlan, target_before: DataFrame | None, tombstones_before: DataFrame | None
+    rows: DataFrame,
+    plan: TablePlan,
+    target_before: DataFrame | None,
+    tombstones_before: DataFrame | None,
+    check_values: bool = False,
 ) -> DataFrame:
-    """Steps 2-3: redelivery and clash flags, and liveness against the guard.
+    """Steps 1-3: the parsed changes (``rows`` are the table's changelog rows) with redelivery
+    and clash flags, and liveness against the guard. One statement.
 
     The guard (each key's ordering key in the target and in its tombstones, as they were
-    before this window) travels as extra rows of the changes' own shuffle: :func:`guard_rows`
-    gives one row per key of either table, with a NULL ordering key, so it sorts before the
-    key's changes. One exchange and one sort thus serve the guard, the redelivery test and
-    the fold (a join would shuffle both tables and the join's output, and sort the changes
-    again after it). The guard rows leave once their keys' changes carry the guard.
+    before this window) travels as extra rows of the changes' own shuffle: one row per key of
+    either table, with a NULL ordering key, so it sorts before the key's changes. One
+    exchange and one sort thus serve the guard, the redelivery test and the fold (a join
+    would shuffle both tables and the join's output, and sort the changes again after it).
+    The guard rows leave once their keys' changes carry the guard.
     """
-    by_key = Window.partitionBy("__key").orderBy("ordering_key", "__h")
-    whole = by_key.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
-    guard = guard_rows(plan, target_before, tombstones_before)
-    rows = parsed.select("*", F.lit(True).alias("__change"))
-    if guard is not None:
-        rows = rows.unionByName(guard, allowMissingColumns=True)
-    changes = rows.select(
-        "*",
-        F.lag("ordering_key").over(by_key).alias("__prev_seq"),
-        F.lag("__h").over(by_key).alias("__prev_h"),
-        *(
-            []
-            if guard is None
-            else [F.max("__tseq").over(whole).alias("__key_tseq"), F.max("__dseq").over(whole).alias("__key_dseq")]
-        ),
-    )
-    if guard is None:
-        guard_seq, in_target, tombstoned = F.lit(None).cast("binary"), F.lit(False), F.lit(False)
-    else:
-        changes = changes.where(F.col("__change").isNotNull())
-        guard_seq = F.greatest("__key_tseq", "__key_dseq")
-        in_target, tombstoned = F.col("__key_tseq").isNotNull(), F.col("__key_dseq").isNotNull()
-    same_seq = F.coalesce(F.col("__prev_seq") == F.col("ordering_key"), F.lit(False))
-    same_content = F.coalesce(F.col("__prev_h") == F.col("__h"), F.lit(False))
-    redelivered = same_seq & same_content
-    live = (guard_seq.isNull() | (F.col("ordering_key") > guard_seq)) & ~redelivered
-    return changes.select(
-        *parsed.columns,
-        redelivered.alias("__redelivered"),
-        (same_seq & ~same_content).alias("__clash"),
-        guard_seq.alias("__guard_seq"),
-        in_target.alias("__in_target"),
-        tombstoned.alias("__tombstoned"),
-        live.alias("__live"),
-    )
-
-
-def guard_rows(plan: TablePlan, target_before: DataFrame | None, tombstones_before: DataFrame | None) -> DataFrame | None:
-    """Per key of the target and of its tombstones: a row with that table's ordering key.
-
-    ``__tseq`` (the target's ``_cdc_seq``) or ``__dseq`` (the tombstone's), the key's text as
-    the changes have it, and a NULL ordering key; None when neither table has rows yet.
-    """
-
-    def keyed(frame: DataFrame, seq_name: str) -> DataFrame:
-        key = key_text([(F.col(f"`{k}`").cast(plan.key_types[k]), plan.key_types[k]) for k in plan.key_names])
-        seqs = {name: F.lit(None).cast("binary") for name in ("__tseq", "__dseq")}
-        seqs[seq_name] = F.col("_cdc_seq")
-        return frame.select(
-            key.alias("__key"),
-            F.lit(None).cast("binary").alias("ordering_key"),
-            *[seq.alias(name) for name, seq in seqs.items()],
-        )
-
-    sides = []
+    spark = rows.sparkSession
+    frames = {"rows": rows}
     if target_before is not None:
-        sides.append(keyed(target_before, "__tseq"))
+        frames["target"] = target_before
     if tombstones_before is not None:
-        sides.append(keyed(tombstones_before, "__dseq"))
-    if not sides:
-        return None
-    return sides[0] if len(sides) == 1 else sides[0].unionByName(sides[1])
+        frames["tombstones"] = tombstones_before
+    with temp_views(spark, frames) as views:
+        query = Query(views["rows"])
+        parsed = _parse(query, plan, fold_input(plan), check_values, reasons=False)
+        changes = query.last
+        guarded = "target" in views or "tombstones" in views
+        if guarded:
+            # Guard rows: the key, a NULL ordering key, the table's ordering key as __tseq
+            # (target) or __dseq (tombstones), NULL for every other column.
+            sides = [
+                f"SELECT {', '.join(parsed)}, true AS __change, "
+                f"CAST(NULL AS BINARY) AS __tseq, CAST(NULL AS BINARY) AS __dseq FROM {changes}"
+            ]
+            for role, seq in (("target", "__tseq"), ("tombstones", "__dseq")):
+                if role not in views:
+                    continue
+                guard = {"__key": stored_key_text(plan), "ordering_key": "CAST(NULL AS BINARY)"}
+                columns = [f"{guard.get(c, 'NULL')} AS {c}" for c in parsed]
+                seqs = [f"{'_cdc_seq' if s == seq else 'NULL'} AS {s}" for s in ("__tseq", "__dseq")]
+                sides.append(f"SELECT {', '.join(columns)}, NULL AS __change, {', '.join(seqs)} FROM {views[role]}")
+            query.stage(" UNION ALL ".join(sides))
+            query.select(
+                [
+                    "*",
+                    "lag(ordering_key) OVER k AS __prev_seq",
+                    "lag(__h) OVER k AS __prev_h",
+                    "max(__tseq) OVER w AS __key_tseq",
+                    "max(__dseq) OVER w AS __key_dseq",
+                ],
+                windows=_WINDOWS,
+            )
+            where = "__change IS NOT NULL"
+            guard_seq, in_target, tombstoned = "greatest(__key_tseq, __key_dseq)", "__key_tseq IS NOT NULL", "__key_dseq IS NOT NULL"
+        else:
+            query.select(["*", "lag(ordering_key) OVER k AS __prev_seq", "lag(__h) OVER k AS __prev_h"], windows=_WINDOWS)
+            where = None
+            guard_seq, in_target, tombstoned = "CAST(NULL AS BINARY)", "false", "false"
+        same_seq = coalesce_false("__prev_seq = ordering_key")
+        same_content = coalesce_false("__prev_h = __h")
+        redelivered = f"({same_seq} AND {same_content})"
+        query.select(
+            [
+                *parsed,
+                f"{redelivered} AS __redelivered",
+                f"({same_seq} AND NOT {same_content}) AS __clash",
+                f"{guard_seq} AS __guard_seq",
+                f"{in_target} AS __in_target",
+                f"{tombstoned} AS __tombstoned",
+                f"(({guard_seq}) IS NULL OR ordering_key > {guard_seq}) AND NOT {redelivered} AS __live",
+            ],
+            where=where,
+        )
+        return sql_frame(spark, query.sql())
 
 
 def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
@@ -371,107 +394,104 @@ def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
     keys are clashes, reported above, so the order within a key is never arbitrary.
     """
     names = fold_columns(plan)
-    live = F.col("__live")
-    by_key = Window.partitionBy("__key").orderBy("ordering_key", "__h")
-    whole = by_key.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+    values = list(names.values.values())
 
-    def latest(condition: Column, *fields: Column) -> Column:
-        return F.last(F.when(condition, F.struct(*fields)), ignorenulls=True).over(whole)
+    def latest(condition: str, **fields: str) -> str:
+        struct = ", ".join(f"{string(f)}, {v}" for f, v in fields.items())
+        return f"last(CASE WHEN {condition} THEN named_struct({struct}) END, true) OVER w"
 
-    per_key = [
-        F.count(F.lit(1)).over(whole).alias("__changes"),
-        F.count_if(~live).over(whole).alias("__not_live"),
-        F.max("__clash").over(whole).alias("__clash"),
-        F.max("__row_bad").over(whole).alias("__row_bad"),
-        latest(
-            live, F.col("ordering_key").alias("s"), F.col("__is_delete").alias("d"), F.col("commit_ts").alias("ts")
-        ).alias("__last"),
-        latest(live & F.col("__is_reset"), F.col("ordering_key").alias("s"), F.col("__is_delete").alias("d")).alias("__reset"),
-    ]
-    for name in plan.columns:
-        value, touched = names.values[name]
-        per_key.append(latest(live & F.col(touched), F.col(value).alias("v")).alias(value))
-    last_row = F.lead(F.lit(True)).over(by_key).isNull()
-    folded = changes.select("__key", "__in_target", "__tombstoned", *per_key, last_row.alias("__last_row"))
-    # Type the folded values (one per key and column) and say why one does not convert.
-    # Each value converts once: arrays are parsed into elements first, and a conversion
-    # failed where a present value (or element) typed to NULL.
-    value_names = {v for v, _ in names.values.values()}
-    arrays = {name for name, kind in plan.columns.items() if kind.startswith("array<")}
-    folded = folded.where("__last_row").select(
-        "__key", "__changes", "__not_live", "__clash", "__row_bad", "__in_target", "__tombstoned",
-        F.col("__last.s").alias("__seq"),
-        F.col("__last.d").alias("__last_is_delete"),
-        F.col("__last.ts").alias("__commit_ts"),
-        F.col("__reset.s").alias("__reset_seq"),
-        F.col("__reset.d").alias("__reset_is_delete"),
-        *[F.col(value).isNotNull().alias(touched) for value, touched in names.values.values()],
-        *[F.col(value).getField("v").alias(value) for value, _ in names.values.values()],
-        *[
-            array_elements(F.col(names.values[n][0]).getField("v")).alias(f"{names.values[n][0]}_e")
-            for n in sorted(arrays)
-        ],
-    )
-    typed = []
-    failed = []
-    for name, (value, touched) in names.values.items():
-        raw, kind = F.col(value), plan.columns[name]
-        elements = F.col(f"{value}_e") if name in arrays else None
-        typed.append(typed_value(raw, kind, elements=elements).alias(f"{value}_t"))
-        bad = conversion_failed(raw, F.col(f"{value}_t"), kind, elements)
-        failed.append(
-            F.when(
-                F.col(touched) & bad,
-                F.concat(F.lit(f"column {name!r} value "), _text(raw), F.lit(f" is not a {kind}")),
-            )
+    spark = changes.sparkSession
+    with temp_views(spark, {"changes": changes}) as views:
+        query = Query(views["changes"])
+        query.select(
+            [
+                "__key", "__in_target", "__tombstoned",
+                "count(1) OVER w AS __changes",
+                "count_if(NOT __live) OVER w AS __not_live",
+                "max(__clash) OVER w AS __clash",
+                "max(__row_bad) OVER w AS __row_bad",
+                f"{latest('__live', s='ordering_key', d='__is_delete', ts='commit_ts')} AS __last",
+                f"{latest('__live AND __is_reset', s='ordering_key', d='__is_delete')} AS __reset",
+                *[f"{latest(f'__live AND {touched}', v=value)} AS {value}" for value, touched in values],
+                "lead(true) OVER k IS NULL AS __last_row",
+            ],
+            windows=_WINDOWS,
         )
-    folded = folded.select("*", *typed)
-    folded = folded.select(
-        *[c for c in folded.columns if c not in value_names and not c.endswith(("_e", "_t"))],
-        *[F.col(f"{value}_t").alias(value) for value, _ in names.values.values()],
-        F.coalesce(F.lit(None).cast("string"), *failed).alias("__value_problem"),
-    )
-
-    clash, row_bad = F.col("__clash"), F.col("__row_bad")
-    in_target = F.col("__in_target")
-    has_reset = F.col("__reset_seq").isNotNull()
-    target_name = str(plan.target)
-    key_reason = (
-        F.when(
-            clash,
-            F.lit(
-                "two different changes of this key have the same ordering key (a source bug): "
-                "apply never orders them by arrival; fix the source's ordering key and replay"
-            ),
+        # Type the folded values (one per key and column) and say why one does not convert.
+        # Each value converts once: arrays are parsed into elements first, and a conversion
+        # failed where a present value (or element) typed to NULL.
+        arrays = {column for column, kind in plan.columns.items() if kind.startswith("array<")}
+        kept = ["__key", "__changes", "__not_live", "__clash", "__row_bad", "__in_target", "__tombstoned",
+                "__seq", "__last_is_delete", "__commit_ts", "__reset_seq", "__reset_is_delete"]
+        query.select(
+            [
+                *kept[:7],
+                "__last.s AS __seq", "__last.d AS __last_is_delete", "__last.ts AS __commit_ts",
+                "__reset.s AS __reset_seq", "__reset.d AS __reset_is_delete",
+                *[f"{value} IS NOT NULL AS {touched}" for value, touched in values],
+                *[f"{value}.v AS {value}" for value, _ in values],
+                *[f"{array_elements(f'{names.values[c][0]}.v')} AS {names.values[c][0]}_e" for c in sorted(arrays)],
+            ],
+            where="__last_row",
         )
-        .when(row_bad, F.lit(None))  # the text names the bad change: see dead_letter_rows
-        .when(F.col("__seq").isNull(), F.lit(None))
-        .when(F.col("__last_is_delete"), F.lit(None))
-        .when(
-            F.col("__value_problem").isNotNull(),
-            F.concat(F.lit("the key's folded row is bad: "), F.col("__value_problem")),
+        typed, failed = [], []
+        for column, (value, touched) in names.values.items():
+            kind = plan.columns[column]
+            elements = f"{value}_e" if column in arrays else None
+            typed.append(f"{typed_value(value, kind, elements=elements)} AS {value}_t")
+            bad = conversion_failed(value, f"{value}_t", kind, elements)
+            reason = f"concat({string(f'column {column!r} value ')}, {_text(value)}, {string(f' is not a {kind}')})"
+            failed.append(f"CASE WHEN {touched} AND {bad} THEN {reason} END")
+        query.select(["*", *typed])
+        query.select(
+            [
+                *kept,
+                *[touched for _, touched in values],
+                *[f"{value}_t AS {value}" for value, _ in values],
+                f"coalesce(CAST(NULL AS STRING), {', '.join(failed) or 'NULL'}) AS __value_problem",
+            ]
         )
-        .when(
-            ~has_reset & ~in_target,
-            F.lit(
-                f"partial update (PARTIAL image) for a key that target {target_name} does not hold: "
-                f"the row's other columns are unknown, so it cannot be applied (the source's "
-                f"earlier changes of this key are missing)"
-            ),
+        target_name = str(plan.target)
+        folded_bad = string("the key's folded row is bad: ")
+        key_reason = case_when(
+            [
+                (
+                    "__clash",
+                    string(
+                        "two different changes of this key have the same ordering key (a source bug): "
+                        "apply never orders them by arrival; fix the source's ordering key and replay"
+                    ),
+                ),
+                ("__row_bad", "NULL"),  # the text names the bad change: see dead_letter_rows
+                ("__seq IS NULL", "NULL"),
+                ("__last_is_delete", "NULL"),
+                ("__value_problem IS NOT NULL", f"concat({folded_bad}, __value_problem)"),
+                (
+                    "__reset_seq IS NULL AND NOT __in_target",
+                    string(
+                        f"partial update (PARTIAL image) for a key that target {target_name} does not hold: "
+                        f"the row's other columns are unknown, so it cannot be applied (the source's "
+                        f"earlier changes of this key are missing)"
+                    ),
+                ),
+                (
+                    "__reset_is_delete",
+                    string("partial update (PARTIAL image) after a delete of the key in the same window: it cannot be applied"),
+                ),
+            ]
         )
-        .when(
-            F.col("__reset_is_delete"),
-            F.lit("partial update (PARTIAL image) after a delete of the key in the same window: it cannot be applied"),
+        query.select(["*", f"{key_reason} AS __key_reason"])
+        action = case_when(
+            [
+                ("__key_reason IS NOT NULL OR __row_bad", "'DEAD'"),
+                ("__seq IS NULL", "'STALE'"),
+                ("__last_is_delete", "'DELETE'"),
+                ("__reset_seq IS NOT NULL", "'UPSERT'"),
+            ],
+            "'PATCH'",
         )
-    )
-    action = (
-        F.when(key_reason.isNotNull() | row_bad, F.lit("DEAD"))
-        .when(F.col("__seq").isNull(), F.lit("STALE"))
-        .when(F.col("__last_is_delete"), F.lit("DELETE"))
-        .when(has_reset, F.lit("UPSERT"))
-        .otherwise(F.lit("PATCH"))
-    )
-    return folded.select("*", key_reason.alias("__key_reason"), action.alias("__action"))
+        query.select(["*", f"{action} AS __action"])
+        return sql_frame(spark, query.sql())
 
 
 def dead_letter_rows(parsed: DataFrame, folded: DataFrame) -> DataFrame:

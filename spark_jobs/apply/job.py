@@ -58,7 +58,6 @@ from spark_jobs.changelog import check_changelog_columns
 from spark_jobs.apply.dead_letters import create_dead_letter_table, in_table_order
 from spark_jobs.apply.fold import (
     dead_letter_rows,
-    fold_input,
     fold_table,
     ordered_changes,
     parse_changes,
@@ -352,8 +351,7 @@ def _fold(spark: SparkSession, config: ApplyConfig, plan: TablePlan, rows: DataF
         tombstones_before = tombstones_before.observe(
             expired, F.count_if(F.col("_cdc_commit_ts") < F.lit(config.tombstone_cutoff)).alias("expired")
         )
-    parsed = parse_changes(table_rows, plan, carry=fold_input(plan), check_values=plan.history, reasons=False)
-    changes = ordered_changes(parsed, plan, target_before, tombstones_before)
+    changes = ordered_changes(table_rows, plan, target_before, tombstones_before, check_values=plan.history)
     if plan.history:  # the history reads every change again; computed once, here
         changes = changes.localCheckpoint(eager=True)
     # Checkpointed, not only cached: the MERGEs below embed this frame in plans Iceberg
@@ -373,21 +371,21 @@ def _fold(spark: SparkSession, config: ApplyConfig, plan: TablePlan, rows: DataF
 
 def _count_metrics() -> list[Column]:
     """The window's counts per table, as aggregates over the folded keys (see _record_counts)."""
-    action = F.col("__action")
-    applied = action.isin("UPSERT", "PATCH")
-    return [
-        F.count_if(F.col("__clash")).alias("clashing_keys"),
-        F.count_if(action == "DEAD").alias("dead_keys"),
-        F.sum(F.when(action == "DEAD", F.col("__changes"))).alias("dead_letter_rows"),
-        F.sum(F.when(action != "DEAD", F.col("__not_live"))).alias("superseded_changes"),
-        F.count_if(action == "UPSERT").alias("upserts"),
-        F.count_if(action == "PATCH").alias("patches"),
-        F.count_if(action == "DELETE").alias("deletes"),
-        F.count_if((action == "DELETE") & F.col("__in_target")).alias("deletes_in_target"),
-        F.count_if(applied & F.col("__tombstoned")).alias("revives"),
-        F.count_if(applied & F.col("__in_target")).alias("updates_in_target"),
-        F.count_if(F.col("__key").startswith("!")).alias("other_key_groups"),
-    ]
+    applied = "__action IN ('UPSERT', 'PATCH')"
+    metrics = {
+        "clashing_keys": "count_if(__clash)",
+        "dead_keys": "count_if(__action = 'DEAD')",
+        "dead_letter_rows": "sum(CASE WHEN __action = 'DEAD' THEN __changes END)",
+        "superseded_changes": "sum(CASE WHEN __action != 'DEAD' THEN __not_live END)",
+        "upserts": "count_if(__action = 'UPSERT')",
+        "patches": "count_if(__action = 'PATCH')",
+        "deletes": "count_if(__action = 'DELETE')",
+        "deletes_in_target": "count_if(__action = 'DELETE' AND __in_target)",
+        "revives": f"count_if({applied} AND __tombstoned)",
+        "updates_in_target": f"count_if({applied} AND __in_target)",
+        "other_key_groups": "count_if(startswith(__key, '!'))",
+    }
+    return [F.expr(f"{text} AS {name}") for name, text in metrics.items()]
 
 
 def _record_counts(work: _TableWork, counts: Mapping[str, int]) -> None:

@@ -26,7 +26,7 @@ from pyspark.sql import functions as F
 
 from airflow_cdc.model import format_ts
 from spark_jobs.commits import append_tagged, sql_tagged
-from spark_jobs.apply.fold import fold_columns, key_columns, key_text
+from spark_jobs.apply.fold import fold_columns, key_columns, stored_key_text
 from spark_jobs.apply.schema import TablePlan
 from spark_jobs.apply.values import typed_value
 
@@ -49,7 +49,7 @@ def _with_view(frame: DataFrame, run) -> None:
 
 
 def _key_columns(plan: TablePlan) -> list:
-    return key_columns(plan)
+    return [F.expr(column) for column in key_columns(plan)]
 
 
 def target_source(plan: TablePlan, folded: DataFrame, window_id: str) -> DataFrame:
@@ -189,9 +189,8 @@ def history_source(
     live = changes.where("__live").join(applied, "__key", "left_semi")
     if target_before is not None:
         present = set(target_before.columns)
-        key = key_text([(F.col(_q(k)).cast(plan.key_types[k]), plan.key_types[k]) for k in plan.key_names])
         base = target_before.select(
-            key.alias("__key"),
+            F.expr(stored_key_text(plan)).alias("__key"),
             *[
                 (F.col(_q(name)) if name in present else F.lit(None)).cast(plan.columns[name]).alias(f"__b{value}")
                 for name, (value, _) in names.values.items()
@@ -207,8 +206,9 @@ def history_source(
     values = []
     for name, (value, touched) in names.values.items():
         latest = F.last(F.when(F.col(touched), F.struct(F.col(value).alias("v"))), ignorenulls=True).over(so_far)
-        typed = typed_value(latest.getField("v"), plan.columns[name])
-        values.append(F.when(latest.isNull(), F.col(f"__b{value}")).otherwise(typed).alias(name))
+        live = live.withColumn(f"__l{value}", latest)
+        typed = F.expr(typed_value(f"__l{value}.v", plan.columns[name]))
+        values.append(F.when(F.col(f"__l{value}").isNull(), F.col(f"__b{value}")).otherwise(typed).alias(name))
     versions = live.select(
         *_key_columns(plan),
         *values,

@@ -4,7 +4,7 @@ Changelog rows carry keys and values as ``map<string,string>`` (``keys``, ``new_
 each present value is text (:func:`airflow_cdc.model.value_text`: a string as is, any other
 value as its JSON text), and a column set to NULL (key present, value null) differs from a
 column absent from a partial image (key missing). This module turns that text into a column
-of the target's Spark type.
+of the target's Spark type, as SQL text (``sql.py`` says why); ``F.expr`` makes a ``Column`` of it.
 
 Encodings, as Spanner change streams and :func:`airflow_cdc.model.change_row_to_record` write
 them: integers as numbers or decimal strings, floats also as ``"NaN"``/``"Infinity"``, bytes
@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import re
 
-from pyspark.sql import Column
-from pyspark.sql import functions as F
+from spark_jobs.apply.sql import string
 
 _INTEGER = r"^\s*-?[0-9]+\s*$"
 _BASE64 = r"^[A-Za-z0-9+/\s]*={0,2}\s*$"
@@ -29,24 +28,24 @@ _ARRAY = re.compile(r"^array<(.+)>$")
 _PLAIN_STRING_ARRAY = r'^\["[^"\\]*"(,"[^"\\]*")*\]$'
 
 
-def array_elements(raw: Column) -> Column:
-    """``raw``, a JSON array's text, as ``array<string>``: each element's text (NULL if not an array).
+def array_elements(raw: str) -> str:
+    """``raw`` (SQL text of a JSON array's text) as ``array<string>``: each element's text.
 
-    Arrays of plain strings (compact, no escapes: how the changelog writes arrays of strings
-    and of Spanner's INT64s) are cut apart with compiled string functions; anything else is
-    parsed by ``from_json``, which Spark only interprets (about half as fast on such arrays).
+    NULL when ``raw`` is not a JSON array. Arrays of plain strings (compact, no escapes: how
+    the changelog writes arrays of strings and of Spanner's INT64s) are cut apart with
+    compiled string functions; anything else is parsed by ``from_json``, which Spark only
+    interprets (about half as fast on such arrays).
     """
-    plain = raw.rlike(_PLAIN_STRING_ARRAY)
-    inner = raw.substr(F.lit(3), F.length(raw) - 4)  # without [" and "]
     return (
-        F.when(raw == "[]", F.array().cast("array<string>"))
-        .when(plain, F.split(inner, '","'))
-        .otherwise(F.from_json(raw, "array<string>"))
+        f"CASE WHEN {raw} = '[]' THEN CAST(array() AS array<string>) "
+        f"WHEN {raw} RLIKE {string(_PLAIN_STRING_ARRAY)} "
+        f"THEN split(substring({raw}, 3, length({raw}) - 4), '\",\"') "  # without [" and "]
+        f"ELSE from_json({raw}, 'array<string>') END"
     )
 
 
-def typed_value(raw: Column, spark_type: str, elements: Column | None = None) -> Column:
-    """``raw`` (JSON value text, NULL when absent or null) converted to ``spark_type``.
+def typed_value(raw: str, spark_type: str, elements: str | None = None, depth: int = 0) -> str:
+    """SQL text: ``raw`` (JSON value text, NULL when absent or null) converted to ``spark_type``.
 
     For arrays, ``elements`` may give ``raw`` already parsed as ``array<string>``.
     """
@@ -57,43 +56,43 @@ def typed_value(raw: Column, spark_type: str, elements: Column | None = None) ->
             elements = array_elements(raw)
         if element == "string":  # the parsed elements are the values (no per-element lambda)
             return elements
-        return F.transform(elements, lambda x: typed_value(x, element))
+        x = f"__x{depth}"
+        return f"transform({elements}, {x} -> {typed_value(x, element, depth=depth + 1)})"
     if spark_type in ("bigint", "int", "smallint", "tinyint"):
-        return F.when(raw.rlike(_INTEGER), F.trim(raw).cast(spark_type))
+        return f"CASE WHEN {raw} RLIKE {string(_INTEGER)} THEN CAST(trim({raw}) AS {spark_type}) END"
     if spark_type == "boolean":
-        lowered = F.lower(F.trim(raw))
-        return F.when(lowered == "true", F.lit(True)).when(lowered == "false", F.lit(False))
+        return f"CASE lower(trim({raw})) WHEN 'true' THEN true WHEN 'false' THEN false END"
     if spark_type == "binary":
-        return F.when(raw.rlike(_BASE64), F.unbase64(raw))
+        return f"CASE WHEN {raw} RLIKE {string(_BASE64)} THEN unbase64({raw}) END"
     if spark_type == "string":
         return raw
     # float, double, decimal(p,s), date, timestamp: Spark's cast reads the JSON encodings
     # (NaN/Infinity, RFC 3339 with Z, YYYY-MM-DD) and gives NULL for anything else.
-    return raw.cast(spark_type)
+    return f"CAST({raw} AS {spark_type})"
 
 
-def bad_value(raw: Column, spark_type: str, elements: Column | None = None) -> Column:
-    """True where ``raw`` is present and not NULL but does not convert to ``spark_type``."""
+def bad_value(raw: str, spark_type: str, elements: str | None = None) -> str:
+    """SQL text: true where ``raw`` is present and not NULL but does not convert to ``spark_type``."""
     if _ARRAY.match(spark_type) and elements is None:
         elements = array_elements(raw)
     return conversion_failed(raw, typed_value(raw, spark_type, elements), spark_type, elements)
 
 
-def conversion_failed(raw: Column, typed: Column, spark_type: str, elements: Column | None = None) -> Column:
-    """True where ``typed`` (:func:`typed_value` of ``raw``) lost a present value.
+def conversion_failed(raw: str, typed: str, spark_type: str, elements: str | None = None) -> str:
+    """SQL text: true where ``typed`` (:func:`typed_value` of ``raw``) lost a present value.
 
     A scalar failed when ``raw`` is present but ``typed`` is NULL. An array failed when its
     text is not a JSON array (``elements`` NULL), or when fewer of its elements than of
     ``elements`` are non-NULL (one did not convert). Strings never fail.
     """
     if spark_type == "string":
-        return F.lit(False)
+        return "false"
     array = _ARRAY.match(spark_type)
     if array:
         assert elements is not None, "arrays need their parsed elements"
         if array.group(1) == "string":  # elements never fail to convert to strings
-            return raw.isNotNull() & elements.isNull()
-        present = F.size(F.filter(elements, lambda x: x.isNotNull()))
-        converted = F.size(F.filter(typed, lambda x: x.isNotNull()))
-        return raw.isNotNull() & (elements.isNull() | (present != converted))
-    return raw.isNotNull() & typed.isNull()
+            return f"({raw} IS NOT NULL AND {elements} IS NULL)"
+        present = f"size(filter({elements}, __e -> __e IS NOT NULL))"
+        converted = f"size(filter({typed}, __e -> __e IS NOT NULL))"
+        return f"({raw} IS NOT NULL AND ({elements} IS NULL OR {present} != {converted}))"
+    return f"({raw} IS NOT NULL AND {typed} IS NULL)"
