@@ -39,11 +39,6 @@ def any_of(conditions: Sequence[str]) -> str:
     return " OR ".join(f"({c})" for c in conditions) if conditions else "false"
 
 
-def all_of(conditions: Sequence[str]) -> str:
-    """``conditions`` AND'ed (``true`` for none)."""
-    return " AND ".join(f"({c})" for c in conditions) if conditions else "true"
-
-
 def case_when(branches: Sequence[tuple[str, str]], otherwise: str | None = None) -> str:
     """``CASE WHEN c1 THEN v1 ... [ELSE otherwise] END``."""
     text = " ".join(f"WHEN {condition} THEN {value}" for condition, value in branches)
@@ -66,10 +61,9 @@ class Query:
         columns: Sequence[str],
         where: str | None = None,
         windows: Mapping[str, str] | None = None,
-        source: str | None = None,
     ) -> Query:
         """Add the stage ``SELECT columns FROM <previous stage or source> [WHERE] [WINDOW]``."""
-        text = f"SELECT {', '.join(columns)} FROM {source or self._last}"
+        text = f"SELECT {', '.join(columns)} FROM {self._last}"
         if where is not None:
             text += f" WHERE {where}"
         if windows:
