@@ -58,6 +58,8 @@ _REASON_TEXT_LIMIT = 200
 _BY_KEY = "PARTITION BY __key ORDER BY ordering_key, __h"
 _WHOLE_KEY = f"{_BY_KEY} ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING"
 _WINDOWS = {"k": _BY_KEY, "w": _WHOLE_KEY}
+_IS_DELETE = "(op = 'DELETE')"
+_IS_RESET = "(op IN ('INSERT', 'READ', 'DELETE') OR image = 'FULL')"  # replaces the whole row
 
 
 def key_text(parts: list[tuple[str, str]]) -> str:
@@ -186,8 +188,7 @@ def _parse(
         ]
     )
     present = {c: f"__p{i}" for i, c in enumerate(known_columns)}
-    is_delete = "(op = 'DELETE')"
-    is_reset = "(op IN ('INSERT', 'READ', 'DELETE') OR image = 'FULL')"
+    is_delete, is_reset = _IS_DELETE, _IS_RESET
     problems = _row_problems(plan, known_columns, present, looked_up, check_values)
     if reasons:
         problem = f"coalesce({', '.join(f'CASE WHEN {c} THEN {text()} END' for c, text in problems)}) AS __row_reason"
@@ -204,8 +205,7 @@ def _parse(
         *[f"CASE WHEN NOT {is_delete} THEN {looked_up[c]} END AS {names.values[c][0]}" for c in plan.columns],
     ]
     query.select(columns)
-    return [*carry, "__key", "__row_reason" if reasons else "__row_bad", "__is_delete", "__is_reset", "__h",
-            *[names.values[c][1] for c in plan.columns], *[names.values[c][0] for c in plan.columns]]
+    return [column.rsplit(" AS ", 1)[-1] for column in columns]  # the output's names
 
 
 def parse_changes(
@@ -239,7 +239,7 @@ def _row_problems(
     ``__rk<i>``, ``__tk<i>``, ``__g<i>``, ``__p<i>``); texts are built only when reasons
     are asked for.
     """
-    is_delete = "(op = 'DELETE')"
+    is_delete = _IS_DELETE
     expected_keys = sorted(plan.key_names)
 
     def other_keys() -> str:

@@ -35,6 +35,7 @@ from airflow_cdc.pipeline.column_types import (
     spark_sql_type,
 )
 from spark_jobs.apply.config import ApplyConfig, TableName
+from spark_jobs.apply.sql import string
 
 KEY_COLUMNS_PROPERTY = "airflow-cdc.key-columns"
 CDC_COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -310,24 +311,20 @@ def _quoted(name: str) -> str:
     return f"`{validate_identifier('column name', name)}`"
 
 
-def _comment(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def prepare_target(spark: SparkSession, plan: TablePlan, stream: str) -> None:
     """Create the target (and its tombstone/history tables) if missing; add and widen columns."""
     assert plan.target is not None
     keys = [(k, plan.key_types[k]) for k in plan.key_names]
     business = list(plan.columns.items())
     properties = (
-        f"'format-version' = '2', '{KEY_COLUMNS_PROPERTY}' = {_comment(json.dumps(list(plan.key_names)))}, "
+        f"'format-version' = '2', '{KEY_COLUMNS_PROPERTY}' = {string(json.dumps(list(plan.key_names)))}, "
         f"'airflow-cdc.stream' = '{validate_identifier('stream id', stream)}'"
     )
-    cdc = [f"{_quoted(n)} {t} COMMENT {_comment(c)}" for n, t, c in CDC_COLUMNS]
+    cdc = [f"{_quoted(n)} {t} COMMENT {string(c)}" for n, t, c in CDC_COLUMNS]
     _create(spark, plan.target, [f"{_quoted(n)} {t}" for n, t in keys + business] + cdc, properties)
     _create(spark, plan.tombstones, [f"{_quoted(n)} {t}" for n, t in keys] + cdc, properties)
     if plan.history:
-        history = cdc + [f"{_quoted(n)} {t} COMMENT {_comment(c)}" for n, t, c in HISTORY_COLUMNS]
+        history = cdc + [f"{_quoted(n)} {t} COMMENT {string(c)}" for n, t, c in HISTORY_COLUMNS]
         _create(spark, plan.history_table, [f"{_quoted(n)} {t}" for n, t in keys + business] + history, properties)
     # The target's columns were read when the window was planned: nothing to evolve when
     # it existed then with all of them.

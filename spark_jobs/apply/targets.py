@@ -28,15 +28,12 @@ from airflow_cdc.model import format_ts
 from spark_jobs.commits import append_tagged, sql_tagged
 from spark_jobs.apply.fold import fold_columns, key_columns, stored_key_text
 from spark_jobs.apply.schema import TablePlan
+from spark_jobs.apply.sql import name as quoted
 from spark_jobs.apply.values import typed_value
 
 
-def _q(name: str) -> str:
-    return f"`{name}`"
-
-
 def _key_match(plan: TablePlan) -> str:
-    return " AND ".join(f"t.{_q(k)} <=> s.{_q(k)}" for k in plan.key_names)
+    return " AND ".join(f"t.{quoted(k)} <=> s.{quoted(k)}" for k in plan.key_names)
 
 
 def _with_view(frame: DataFrame, run) -> None:
@@ -77,7 +74,7 @@ def append_target(plan: TablePlan, folded: DataFrame, window_id: str, properties
     """
     source = target_source(plan, folded, window_id).where(F.col("__action") == "UPSERT")
     columns = [*plan.key_names, *plan.columns, "_cdc_seq", "_cdc_commit_ts", "_cdc_window"]
-    append_tagged(source.select(*[F.col(_q(c)) for c in columns]), plan.target.qualified, properties)
+    append_tagged(source.select(*[F.col(quoted(c)) for c in columns]), plan.target.qualified, properties)
 
 
 # Before a copy-on-write MERGE, Spark first finds the target files that hold a matched key
@@ -109,7 +106,7 @@ def rewrites_nearly_every_file(summary: Mapping[str, str] | None, changed_keys: 
 def merge_target(plan: TablePlan, folded: DataFrame, window_id: str, properties: dict[str, str]) -> None:
     names = fold_columns(plan)
     assigned = [
-        f"t.{_q(name)} = CASE WHEN s.{touched} THEN s.{_q(name)} ELSE t.{_q(name)} END"
+        f"t.{quoted(name)} = CASE WHEN s.{touched} THEN s.{quoted(name)} ELSE t.{quoted(name)} END"
         for name, (_, touched) in names.values.items()
     ]
     cdc = ["_cdc_seq", "_cdc_commit_ts", "_cdc_window"]
@@ -123,8 +120,8 @@ def merge_target(plan: TablePlan, folded: DataFrame, window_id: str, properties:
             f"MERGE INTO {plan.target.sql} t USING {view} s ON {_key_match(plan)} "
             f"WHEN MATCHED AND s.__action = 'DELETE' AND {newer} THEN DELETE "
             f"WHEN MATCHED AND s.__action <> 'DELETE' AND {newer} THEN UPDATE SET {', '.join(assigned)} "
-            f"WHEN NOT MATCHED AND s.__action = 'UPSERT' THEN INSERT ({', '.join(map(_q, inserted))}) "
-            f"VALUES ({', '.join('s.' + _q(c) for c in inserted)})",
+            f"WHEN NOT MATCHED AND s.__action = 'UPSERT' THEN INSERT ({', '.join(map(quoted, inserted))}) "
+            f"VALUES ({', '.join('s.' + quoted(c) for c in inserted)})",
             properties,
         )
 
@@ -149,7 +146,7 @@ def append_tombstones(plan: TablePlan, folded: DataFrame, window_id: str, proper
     """The first commit of an empty tombstone table: every deleted key is a new tombstone."""
     source = tombstone_source(plan, folded, window_id).where(F.col("__action") == "DELETE")
     columns = [*plan.key_names, "_cdc_seq", "_cdc_commit_ts", "_cdc_window"]
-    append_tagged(source.select(*[F.col(_q(c)) for c in columns]), plan.tombstones.qualified, properties)
+    append_tagged(source.select(*[F.col(quoted(c)) for c in columns]), plan.tombstones.qualified, properties)
 
 
 def merge_tombstones(
@@ -171,8 +168,8 @@ def merge_tombstones(
             f"WHEN MATCHED AND s.__action = 'DELETE' AND s._cdc_seq > t._cdc_seq THEN UPDATE SET "
             f"{', '.join(f't.{c} = s.{c}' for c in cdc)} "
             f"WHEN MATCHED AND s.__action <> 'DELETE' AND s._cdc_seq > t._cdc_seq THEN DELETE "
-            f"WHEN NOT MATCHED AND s.__action = 'DELETE' THEN INSERT ({', '.join(map(_q, inserted))}) "
-            f"VALUES ({', '.join('s.' + _q(c) for c in inserted)})"
+            f"WHEN NOT MATCHED AND s.__action = 'DELETE' THEN INSERT ({', '.join(map(quoted, inserted))}) "
+            f"VALUES ({', '.join('s.' + quoted(c) for c in inserted)})"
             f"{purge}",
             properties,
         )
@@ -192,7 +189,7 @@ def history_source(
         base = target_before.select(
             F.expr(stored_key_text(plan)).alias("__key"),
             *[
-                (F.col(_q(name)) if name in present else F.lit(None)).cast(plan.columns[name]).alias(f"__b{value}")
+                (F.col(quoted(name)) if name in present else F.lit(None)).cast(plan.columns[name]).alias(f"__b{value}")
                 for name, (value, _) in names.values.items()
             ],
         )
@@ -203,10 +200,17 @@ def history_source(
         )
     ordered = Window.partitionBy("__key").orderBy("ordering_key")
     so_far = ordered.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+    # Per column, the latest change touching it so far (as a struct, so a NULL value differs
+    # from no change); typed from its text, or the row before the window where none did.
+    live = live.select(
+        "*",
+        *[
+            F.last(F.when(F.col(touched), F.struct(F.col(value).alias("v"))), ignorenulls=True).over(so_far).alias(f"__l{value}")
+            for value, touched in names.values.values()
+        ],
+    )
     values = []
-    for name, (value, touched) in names.values.items():
-        latest = F.last(F.when(F.col(touched), F.struct(F.col(value).alias("v"))), ignorenulls=True).over(so_far)
-        live = live.withColumn(f"__l{value}", latest)
+    for name, (value, _) in names.values.items():
         typed = F.expr(typed_value(f"__l{value}.v", plan.columns[name]))
         values.append(F.when(F.col(f"__l{value}").isNull(), F.col(f"__b{value}")).otherwise(typed).alias(name))
     versions = live.select(
@@ -250,8 +254,8 @@ def merge_history(
             f"MERGE INTO {plan.history_table.sql} t USING {view} s ON {_key_match(plan)} AND "
             f"((s.__kind = 'close' AND t.valid_to IS NULL) OR (s.__kind = 'version' AND t._cdc_seq = s._cdc_seq)) "
             f"WHEN MATCHED AND s.__kind = 'close' THEN UPDATE SET t.valid_to = s.valid_to "
-            f"WHEN NOT MATCHED AND s.__kind = 'version' THEN INSERT ({', '.join(map(_q, columns))}) "
-            f"VALUES ({', '.join('s.' + _q(c) for c in columns)})",
+            f"WHEN NOT MATCHED AND s.__kind = 'version' THEN INSERT ({', '.join(map(quoted, columns))}) "
+            f"VALUES ({', '.join('s.' + quoted(c) for c in columns)})",
             properties,
         )
 
