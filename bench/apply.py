@@ -195,12 +195,11 @@ def main(argv=None) -> int:
     )
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        # Warm the JVM (JIT) on a tenth of the work, so neither timing pays for compilation.
-        warm_keys = max(1, args.keys // 10)
+        # Warm the JVM (JIT, heap) on the same work, so neither timing pays for compilation.
         for round_ in range(args.warmups):
-            build_changelog(spark, f"lake.warm{round_}.changelog", warm_keys * (args.changes // args.keys), warm_keys)
-            run_apply(spark, f"warm{round_}")
-            run_floor(spark, f"warm{round_}")
+            build_changelog(spark, f"lake.warm{round_}.changelog", args.changes, args.keys)
+            warm = run_apply(spark, f"warm{round_}"), run_floor(spark, f"warm{round_}")
+            print(f"bench apply: warm-up {round_ + 1}: seconds={warm[0]:.2f} floor_seconds={warm[1]:.2f}", file=sys.stderr)
         applies, floors = [], []
         for round_ in range(args.repeats):
             build_changelog(spark, f"lake.bench{round_}.changelog", args.changes, args.keys)

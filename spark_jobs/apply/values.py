@@ -12,7 +12,16 @@ as base64, timestamps as RFC 3339 text, dates as ``YYYY-MM-DD``, arrays as JSON 
 columns as JSON text (or a nested object, kept as its JSON text).
 
 A value that is present but does not convert gives NULL here; :func:`bad_value` flags it so
-apply dead-letters the row instead of storing a silent NULL.
+apply dead-letters the row instead of storing a silent NULL. Conversions are ``try_cast``: NULL
+for text that does not convert, in ANSI sessions too (where ``CAST`` raises), and exact for
+integers (``'1.5'`` does not become 1).
+
+These expressions run once per change (key columns) or per folded key and column, so the
+common encodings take paths without per-row regular expressions: Spark's cast reads an
+RFC 3339 ``Z`` suffix through a zone-name lookup that compiles two regular expressions per
+value, while an offset (``+00:00``) is read directly; and ``split`` with a delimiter of more
+than one character compiles its regular expression per value, one of a single plain
+character does not.
 """
 
 from __future__ import annotations
@@ -21,11 +30,11 @@ import re
 
 from spark_jobs.apply.sql import string
 
-_INTEGER = r"^\s*-?[0-9]+\s*$"
 _BASE64 = r"^[A-Za-z0-9+/\s]*={0,2}\s*$"
 _ARRAY = re.compile(r"^array<(.+)>$")
-# A compact JSON array of strings without escapes: ["a","b"] (how the changelog writes most).
-_PLAIN_STRING_ARRAY = r'^\["[^"\\]*"(,"[^"\\]*")*\]$'
+# A compact JSON array of strings without escapes or control characters: ["a","b"] (how the
+# changelog writes most). Its elements never hold \u0001, the delimiter they are cut at.
+_PLAIN_STRING_ARRAY = r'^\["[^"\\\x00-\x1f]*"(,"[^"\\\x00-\x1f]*")*\]$'
 
 
 def array_elements(raw: str) -> str:
@@ -39,7 +48,7 @@ def array_elements(raw: str) -> str:
     return (
         f"CASE WHEN {raw} = '[]' THEN CAST(array() AS array<string>) "
         f"WHEN {raw} RLIKE {string(_PLAIN_STRING_ARRAY)} "
-        f"THEN split(substring({raw}, 3, length({raw}) - 4), '\",\"') "  # without [" and "]
+        f"THEN split(replace(substring({raw}, 3, length({raw}) - 4), '\",\"', '\\u0001'), '\\u0001') "
         f"ELSE from_json({raw}, 'array<string>') END"
     )
 
@@ -59,16 +68,19 @@ def typed_value(raw: str, spark_type: str, elements: str | None = None, depth: i
         x = f"__x{depth}"
         return f"transform({elements}, {x} -> {typed_value(x, element, depth=depth + 1)})"
     if spark_type in ("bigint", "int", "smallint", "tinyint"):
-        return f"CASE WHEN {raw} RLIKE {string(_INTEGER)} THEN CAST(trim({raw}) AS {spark_type}) END"
+        return f"try_cast({raw} AS {spark_type})"
     if spark_type == "boolean":
         return f"CASE lower(trim({raw})) WHEN 'true' THEN true WHEN 'false' THEN false END"
     if spark_type == "binary":
         return f"CASE WHEN {raw} RLIKE {string(_BASE64)} THEN unbase64({raw}) END"
     if spark_type == "string":
         return raw
-    # float, double, decimal(p,s), date, timestamp: Spark's cast reads the JSON encodings
-    # (NaN/Infinity, RFC 3339 with Z, YYYY-MM-DD) and gives NULL for anything else.
-    return f"CAST({raw} AS {spark_type})"
+    if spark_type == "timestamp":  # RFC 3339: 'Z' (or 'z') read as the offset +00:00 (see the module doc)
+        utc = f"concat(substring({raw}, 1, length({raw}) - 1), '+00:00')"
+        return f"try_cast(CASE WHEN (endswith({raw}, 'Z') OR endswith({raw}, 'z')) THEN {utc} ELSE {raw} END AS timestamp)"
+    # float, double, decimal(p,s), date: Spark's cast reads the JSON encodings (NaN/Infinity,
+    # YYYY-MM-DD) and gives NULL for anything else.
+    return f"try_cast({raw} AS {spark_type})"
 
 
 def bad_value(raw: str, spark_type: str, elements: str | None = None) -> str:

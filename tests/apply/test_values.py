@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 
 def test_array_elements_read_every_json_array_as_from_json_does(spark):
     from pyspark.sql import functions as F
@@ -16,3 +18,35 @@ def test_array_elements_read_every_json_array_as_from_json_does(spark):
     ).collect()
     assert [(r.raw, r.elements) for r in rows] == [(r.raw, r.parsed) for r in rows]
     assert {r.raw: r.elements for r in rows}['["x,y","z"]'] == ["x,y", "z"]
+
+
+CONVERSIONS = [
+    ("bigint", " 12 ", 12), ("bigint", "1.5", None), ("bigint", "9223372036854775808", None), ("int", "2147483648", None),
+    ("double", "NaN", "nan"), ("double", "-Infinity", float("-inf")), ("decimal(10,2)", "1.005", "1.01"),
+    ("date", "2024-13-01", None), ("timestamp", "2024-05-01T10:00:00.123456Z", "2024-05-01 10:00:00.123456"),
+    ("timestamp", "2024-05-01T10:00:00z", "2024-05-01 10:00:00"), ("timestamp", "2024-05-01T12:00:00+02:00", "2024-05-01 10:00:00"),
+    ("timestamp", "Z", None), ("array<string>", '["a\\u0001b"]', "[a\x01b]"), ("array<string>", '["a\x01b"]', None),
+]
+
+
+@pytest.mark.parametrize("ansi", ["false", "true"])
+def test_value_texts_convert_exactly_or_to_null_in_ansi_and_legacy_sessions(spark, ansi):
+    from pyspark.sql import functions as F
+
+    from spark_jobs.apply.values import bad_value, typed_value
+
+    previous = spark.conf.get("spark.sql.ansi.enabled")
+    spark.conf.set("spark.sql.ansi.enabled", ansi)
+    try:
+        found = []
+        for kind, text, _ in CONVERSIONS:
+            frame = spark.createDataFrame([(text,)], "raw string")
+            row = frame.select(F.expr(typed_value("raw", kind)).cast("string").alias("v"), F.expr(bad_value("raw", kind)).alias("bad")).first()
+            found.append((kind, text, row.v, row.bad))
+    finally:
+        spark.conf.set("spark.sql.ansi.enabled", previous)
+    expected = [
+        (kind, text, None if value is None else str(value).replace("nan", "NaN").replace("-inf", "-Infinity"), value is None)
+        for kind, text, value in CONVERSIONS
+    ]
+    assert found == expected
