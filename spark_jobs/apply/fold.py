@@ -309,6 +309,27 @@ def _group_by_reason(bad: dict[str | None, str]) -> dict[str, list[str | None]]:
     return grouped
 
 
+_FLAGS_PER_WORD = 62
+
+
+def _packed_flags(flags: Sequence[str]) -> tuple[list[str], list[str]]:
+    """SQL texts: ``flags`` (boolean columns) packed into bigints (``__f<i>``), and unpacked again.
+
+    The fold's shuffle, sort and window buffers copy every row several times, and Spark's
+    rows give each column 8 bytes: packed, a table's change flags (bad, delete, reset, one
+    per column) take one column per 62 of them. A NULL flag (a row whose op or image is NULL)
+    packs as false: such a row is bad, and a bad row makes its key dead whatever its flags.
+    """
+    packed, unpacked = [], []
+    for word in range(0, len(flags), _FLAGS_PER_WORD):
+        column = f"__f{word // _FLAGS_PER_WORD}"
+        chunk = flags[word : word + _FLAGS_PER_WORD]
+        bits = " | ".join(f"CASE WHEN {flag} THEN {1 << bit} ELSE 0 END" for bit, flag in enumerate(chunk))
+        packed.append(f"CAST({bits} AS BIGINT) AS {column}")
+        unpacked += [f"(({column} & {1 << bit}) != 0) AS {flag}" for bit, flag in enumerate(chunk)]
+    return packed, unpacked
+
+
 def ordered_changes(
     rows: DataFrame,
     plan: TablePlan,
@@ -335,20 +356,24 @@ def ordered_changes(
     with temp_views(spark, frames) as views:
         query = Query(views["rows"])
         parsed = _parse(query, plan, fold_input(plan), check_values, reasons=False)
+        flags = ["__row_bad", "__is_delete", "__is_reset", *[touched for _, touched in fold_columns(plan).values.values()]]
+        packed, unpacked = _packed_flags(flags)
+        query.select([*[c for c in parsed if c not in flags], *packed])
+        shuffled = [c for c in parsed if c not in flags] + [text.rsplit(" AS ", 1)[-1] for text in packed]
         changes = query.last
         guarded = "target" in views or "tombstones" in views
         if guarded:
             # Guard rows: the key, a NULL ordering key, the table's ordering key as __tseq
             # (target) or __dseq (tombstones), NULL for every other column.
             sides = [
-                f"SELECT {', '.join(parsed)}, true AS __change, "
+                f"SELECT {', '.join(shuffled)}, true AS __change, "
                 f"CAST(NULL AS BINARY) AS __tseq, CAST(NULL AS BINARY) AS __dseq FROM {changes}"
             ]
             for role, seq in (("target", "__tseq"), ("tombstones", "__dseq")):
                 if role not in views:
                     continue
                 guard = {"__key": stored_key_text(plan), "ordering_key": "CAST(NULL AS BINARY)"}
-                columns = [f"{guard.get(c, 'NULL')} AS {c}" for c in parsed]
+                columns = [f"{guard.get(c, 'NULL')} AS {c}" for c in shuffled]
                 seqs = [f"{'_cdc_seq' if s == seq else 'NULL'} AS {s}" for s in ("__tseq", "__dseq")]
                 sides.append(f"SELECT {', '.join(columns)}, NULL AS __change, {', '.join(seqs)} FROM {views[role]}")
             query.stage(" UNION ALL ".join(sides))
@@ -373,7 +398,8 @@ def ordered_changes(
         redelivered = f"({same_seq} AND {same_content})"
         query.select(
             [
-                *parsed,
+                *[c for c in parsed if c not in flags],
+                *unpacked,
                 f"{redelivered} AS __redelivered",
                 f"({same_seq} AND NOT {same_content}) AS __clash",
                 f"{guard_seq} AS __guard_seq",

@@ -136,3 +136,20 @@ def test_counts_report_each_outcome(applied):
 def test_pyiceberg_reads_the_same_target_as_spark(applied):
     lake, _ = applied
     assert normalized(lake.pyiceberg_rows("Accounts")) == normalized(lake.rows("Accounts"))
+
+
+def test_a_table_wider_than_one_packed_flag_word_folds_every_column(lake):
+    # 70 value columns: their touched flags, with bad/delete/reset, take two 62-bit words.
+    columns = [f"c{i:02d}" for i in range(70)]
+    wide = Changes("Wide", {"id": "INT64", **{c: "INT64" for c in columns}})
+    wide.add(W0, "INSERT", 1, {c: i for i, c in enumerate(columns)}, when=at(0, 1))
+    lake.write(wide, win=W0)
+    lake.apply(W0)
+    wide.rows.clear()
+    wide.add(W1, "UPDATE", 1, {"c01": -1, "c60": -60}, when=at(1, 1), image="PARTIAL")
+    wide.add(W1, "UPDATE", 1, {"c69": None}, when=at(1, 2), image="PARTIAL")
+    lake.write(wide, win=W1)
+    lake.apply(W1)
+    [row] = lake.rows("Wide")
+    expected = {c: i for i, c in enumerate(columns)} | {"c01": -1, "c60": -60, "c69": None}
+    assert {c: row[c] for c in columns} == expected
