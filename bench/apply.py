@@ -12,12 +12,13 @@ one commit of a few files, as the extract job writes it. Applying window 1 then 
 so, separately and in the same run, is the floor: appending the same rows, read from the
 changelog, to an empty Iceberg table.
 
-Both are measured warm: first, ``--warmups`` small runs (a tenth of the changes each) of both.
-One was not enough for apply, whose plans have far more generated code than an append: JFR
-showed the JIT still compiling its hot methods (about 8 CPU-seconds of C2 work) during the
-timed run, so the ratio mixed steady-state speed with compilation. Then ``--repeats`` full
-runs, each on its own changelog, and the medians of both timings: single runs of either
-varied by up to a third on a 2-core machine.
+Both are measured warm: first, ``--warmups`` runs of both at full size. Apply's plans have far
+more generated code than an append: JFR showed the JIT still compiling its hot methods (about
+8 CPU-seconds of C2 work) during a timed run after one warm-up, and after warm-ups on a tenth
+of the changes the first full-size runs were still a fifth slower than the later ones, so the
+ratio mixed steady-state speed with warming up. Then ``--repeats`` full runs, each on its own
+changelog, and the medians of both timings: single runs of either varied by up to a third on
+a 2-core machine.
 
 Prints exactly one line (each run's timings go to stderr):
 ``bench apply: changes=<n> seconds=<s> floor_seconds=<f> ratio=<s/f> changes_per_s=<n/s>``.
@@ -64,7 +65,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--keys", type=int, default=200_000)
     parser.add_argument("--warehouse", help="Iceberg warehouse folder (default: a temporary one)")
     parser.add_argument("--warmups", type=int, default=3, help="small warm-up runs before timing (default 3)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs; medians are printed (default 3)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs; medians are printed (default 5)")
     args = parser.parse_args(argv)
     if args.keys <= 0 or args.changes < args.keys or args.changes % args.keys:
         parser.error("--changes must be a positive multiple of --keys (changes per key = changes / keys)")
