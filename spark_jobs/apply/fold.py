@@ -358,8 +358,9 @@ def ordered_changes(
         parsed = _parse(query, plan, fold_input(plan), check_values, reasons=False)
         flags = ["__row_bad", "__is_delete", "__is_reset", *[touched for _, touched in fold_columns(plan).values.values()]]
         packed, unpacked = _packed_flags(flags)
-        query.select([*[c for c in parsed if c not in flags], *packed])
-        shuffled = [c for c in parsed if c not in flags] + [text.rsplit(" AS ", 1)[-1] for text in packed]
+        unflagged = [c for c in parsed if c not in flags]
+        query.select([*unflagged, *packed])
+        shuffled = unflagged + [text.rsplit(" AS ", 1)[-1] for text in packed]
         changes = query.last
         guarded = "target" in views or "tombstones" in views
         if guarded:
@@ -398,7 +399,7 @@ def ordered_changes(
         redelivered = f"({same_seq} AND {same_content})"
         query.select(
             [
-                *[c for c in parsed if c not in flags],
+                *unflagged,
                 *unpacked,
                 f"{redelivered} AS __redelivered",
                 f"({same_seq} AND NOT {same_content}) AS __clash",
