@@ -312,22 +312,24 @@ def _group_by_reason(bad: dict[str | None, str]) -> dict[str, list[str | None]]:
 _FLAGS_PER_WORD = 62
 
 
-def _packed_flags(flags: Sequence[str]) -> tuple[list[str], list[str]]:
-    """SQL texts: ``flags`` (boolean columns) packed into bigints (``__f<i>``), and unpacked again.
+def _packed_flags(flags: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
+    """``flags`` (boolean columns) packed into bigints: SQL texts that pack them, the packed
+    columns' names (``__f<i>``), and SQL texts that unpack them again.
 
     The fold's shuffle, sort and window buffers copy every row several times, and Spark's
     rows give each column 8 bytes: packed, a table's change flags (bad, delete, reset, one
     per column) take one column per 62 of them. A NULL flag (a row whose op or image is NULL)
     packs as false: such a row is bad, and a bad row makes its key dead whatever its flags.
     """
-    packed, unpacked = [], []
+    packed, names, unpacked = [], [], []
     for word in range(0, len(flags), _FLAGS_PER_WORD):
         column = f"__f{word // _FLAGS_PER_WORD}"
         chunk = flags[word : word + _FLAGS_PER_WORD]
         bits = " | ".join(f"CASE WHEN {flag} THEN {1 << bit} ELSE 0 END" for bit, flag in enumerate(chunk))
         packed.append(f"CAST({bits} AS BIGINT) AS {column}")
+        names.append(column)
         unpacked += [f"(({column} & {1 << bit}) != 0) AS {flag}" for bit, flag in enumerate(chunk)]
-    return packed, unpacked
+    return packed, names, unpacked
 
 
 def ordered_changes(
@@ -357,10 +359,10 @@ def ordered_changes(
         query = Query(views["rows"])
         parsed = _parse(query, plan, fold_input(plan), check_values, reasons=False)
         flags = ["__row_bad", "__is_delete", "__is_reset", *[touched for _, touched in fold_columns(plan).values.values()]]
-        packed, unpacked = _packed_flags(flags)
+        packed, words, unpacked = _packed_flags(flags)
         unflagged = [c for c in parsed if c not in flags]
         query.select([*unflagged, *packed])
-        shuffled = unflagged + [text.rsplit(" AS ", 1)[-1] for text in packed]
+        shuffled = unflagged + words
         changes = query.last
         guarded = "target" in views or "tombstones" in views
         if guarded:
