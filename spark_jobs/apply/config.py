@@ -21,6 +21,7 @@ The same JSON object drives :func:`spark_jobs.apply.apply_window` (as a dict) an
         "tombstone_horizon_seconds": 604800                  # 7 days (default)
       },
       "changelog_split_size_bytes": 8388608,                # changelog read split size (tuning)
+      "fold_rows_per_task": 500000,                          # fold tasks' size (tuning)
       "result": "/path/result.json",                         # apply_job.py only
       "fault_point": null                                    # tests: "fail_target_commit", or a list
     }
@@ -47,6 +48,9 @@ DEFAULT_TOMBSTONE_HORIZON = timedelta(days=7)
 # Small changelog read splits: parsing, the costly part, runs before the fold's shuffle, so its
 # parallelism is the number of splits (Iceberg's default, 128 MiB, often gives one task).
 DEFAULT_CHANGELOG_SPLIT_SIZE = 8 << 20
+# Rows (changes and guard rows) per task of the fold's sort and window pass: see
+# ``fold.fold_partitions``. Each task sorts and buffers its rows, spilling past its memory.
+DEFAULT_FOLD_ROWS_PER_TASK = 500_000
 TOMBSTONES_SUFFIX = "__tombstones"
 HISTORY_SUFFIX = "__history"
 # Where the job may be told to crash on purpose (crash tests). ``after_dead_letter_commit``
@@ -107,6 +111,7 @@ class ApplyConfig:
     tombstone_horizon: timedelta = DEFAULT_TOMBSTONE_HORIZON
     fault_points: frozenset[str] = frozenset()
     changelog_split_size: int = DEFAULT_CHANGELOG_SPLIT_SIZE
+    fold_rows_per_task: int = DEFAULT_FOLD_ROWS_PER_TASK
 
     @property
     def tombstone_cutoff(self) -> datetime:
@@ -207,6 +212,12 @@ class ApplyConfig:
                 f"apply config: changelog_split_size_bytes {split_size!r} must be an integer of at "
                 f"least 1048576 (1 MiB)"
             )
+        rows_per_task = data.get("fold_rows_per_task", DEFAULT_FOLD_ROWS_PER_TASK)
+        if isinstance(rows_per_task, bool) or not isinstance(rows_per_task, int) or rows_per_task < 1000:
+            raise ApplyConfigError(
+                f"apply config: fold_rows_per_task {rows_per_task!r} must be an integer of at "
+                f"least 1000"
+            )
         return cls(
             catalog=catalog,
             stream=stream,
@@ -221,6 +232,7 @@ class ApplyConfig:
             tombstone_horizon=timedelta(seconds=float(horizon)),
             fault_points=fault_points,
             changelog_split_size=split_size,
+            fold_rows_per_task=rows_per_task,
         )
 
 

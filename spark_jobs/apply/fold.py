@@ -332,12 +332,27 @@ def _packed_flags(flags: Sequence[str]) -> tuple[list[str], list[str], list[str]
     return packed, names, unpacked
 
 
+def fold_partitions(rows: int, parallelism: int, rows_per_task: int) -> int:
+    """How many tasks sort and fold ``rows`` rows (changes and guard rows) on ``parallelism`` cores.
+
+    A multiple of ``parallelism``, with at most about ``rows_per_task`` rows per task. Left to
+    adaptive execution, the shuffle is coalesced by bytes: four equal partitions on two cores
+    became three when two of them came to a few bytes over half of the total, and the third
+    task then ran alone (a third of the stage's time). Guard rows are a few bytes each but
+    cost the sort and the window pass as much as changes, so bytes are a poor measure anyway.
+    """
+    parallelism = max(1, parallelism)
+    waves = max(1, -(-max(0, rows) // (parallelism * max(1, rows_per_task))))
+    return parallelism * waves
+
+
 def ordered_changes(
     rows: DataFrame,
     plan: TablePlan,
     target_before: DataFrame | None,
     tombstones_before: DataFrame | None,
     check_values: bool = False,
+    partitions: int | None = None,
 ) -> DataFrame:
     """Steps 1-3: the parsed changes (``rows`` are the table's changelog rows) with redelivery
     and clash flags, and liveness against the guard. One statement.
@@ -348,6 +363,10 @@ def ordered_changes(
     exchange and one sort thus serve the guard, the redelivery test and the fold (a join
     would shuffle both tables and the join's output, and sort the changes again after it).
     The guard rows leave once their keys' changes carry the guard.
+
+    ``partitions`` fixes the number of that exchange's partitions (see :func:`fold_partitions`);
+    None leaves it to Spark. The checkpointed fold keeps them, so it is also the number of
+    files a target's first commit writes.
     """
     spark = rows.sparkSession
     frames = {"rows": rows}
@@ -380,6 +399,7 @@ def ordered_changes(
                 seqs = [f"{'_cdc_seq' if s == seq else 'NULL'} AS {s}" for s in ("__tseq", "__dseq")]
                 sides.append(f"SELECT {', '.join(columns)}, NULL AS __change, {', '.join(seqs)} FROM {views[role]}")
             query.stage(" UNION ALL ".join(sides))
+            _repartition(query, partitions)
             query.select(
                 [
                     "*",
@@ -393,6 +413,7 @@ def ordered_changes(
             where = "__change IS NOT NULL"
             guard_seq, in_target, tombstoned = "greatest(__key_tseq, __key_dseq)", "__key_tseq IS NOT NULL", "__key_dseq IS NOT NULL"
         else:
+            _repartition(query, partitions)
             query.select(["*", "lag(ordering_key) OVER k AS __prev_seq", "lag(__h) OVER k AS __prev_h"], windows=_WINDOWS)
             where = None
             guard_seq, in_target, tombstoned = "CAST(NULL AS BINARY)", "false", "false"
@@ -413,6 +434,16 @@ def ordered_changes(
             where=where,
         )
         return sql_frame(spark, query.sql())
+
+
+def _repartition(query: Query, partitions: int | None) -> None:
+    """Hash the stage's rows by key into ``partitions`` (None: as Spark plans the window pass).
+
+    The window pass needs its rows clustered by key: this exchange is the one it uses, and a
+    number given in a hint is one adaptive execution keeps.
+    """
+    if partitions is not None:
+        query.stage(f"SELECT /*+ REPARTITION({int(partitions)}, __key) */ * FROM {query.last}")
 
 
 def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:

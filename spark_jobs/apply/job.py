@@ -58,6 +58,7 @@ from spark_jobs.changelog import check_changelog_columns
 from spark_jobs.apply.dead_letters import create_dead_letter_table, in_table_order
 from spark_jobs.apply.fold import (
     dead_letter_rows,
+    fold_partitions,
     fold_table,
     ordered_changes,
     parse_changes,
@@ -146,7 +147,7 @@ class _TableWork:
     deletes_in_target: int = 0
     revives: int = 0
     updates_in_target: int = 0  # upserts and patches of keys the target holds
-    target_summary: dict[str, str] | None = None  # of the target snapshot the fold read
+    target_summary: dict[str, str] | None = None  # the target's current snapshot (read by the fold unless re-run)
     other_key_groups: int = 0  # folded groups of changes whose key columns are not the plan's
 
 
@@ -339,7 +340,7 @@ def _fold(spark: SparkSession, config: ApplyConfig, plan: TablePlan, rows: DataF
         return work
 
     target_before = table_before(spark, plan.target.qualified, work.commits["target"])
-    if target_before is not None and work.commits["target"] is None:
+    if target_before is not None:
         work.target_summary = current_summary(spark, plan.target.qualified)
     tombstones_before = table_before(spark, plan.tombstones.qualified, work.commits["tombstones"])
     # Tombstones past the horizon, counted as the fold's job reads the tombstones (no job of
@@ -351,7 +352,15 @@ def _fold(spark: SparkSession, config: ApplyConfig, plan: TablePlan, rows: DataF
         tombstones_before = tombstones_before.observe(
             expired, F.count_if(F.col("_cdc_commit_ts") < F.lit(config.tombstone_cutoff)).alias("expired")
         )
-    changes = ordered_changes(table_rows, plan, target_before, tombstones_before, check_values=plan.history)
+    guard_rows = sum(
+        _total_records(work.target_summary if role == "target" else current_summary(spark, table.qualified))
+        for role, table, before in (("target", plan.target, target_before), ("tombstones", plan.tombstones, tombstones_before))
+        if before is not None
+    )
+    partitions = fold_partitions(plan.rows + guard_rows, spark.sparkContext.defaultParallelism, config.fold_rows_per_task)
+    changes = ordered_changes(
+        table_rows, plan, target_before, tombstones_before, check_values=plan.history, partitions=partitions
+    )
     if plan.history:  # the history reads every change again; computed once, here
         changes = changes.localCheckpoint(eager=True)
     # Checkpointed, not only cached: the MERGEs below embed this frame in plans Iceberg
@@ -367,6 +376,14 @@ def _fold(spark: SparkSession, config: ApplyConfig, plan: TablePlan, rows: DataF
         work.dead_letters = dead_letter_rows(parse_changes(table_rows, plan), folded)
     work.purge_due = expired is not None and bool(expired.get["expired"])
     return work
+
+
+def _total_records(summary: Mapping[str, str] | None) -> int:
+    """A snapshot summary's ``total-records`` (0 when it does not say): an estimate of rows."""
+    try:
+        return int((summary or {}).get("total-records", 0))
+    except ValueError:
+        return 0
 
 
 def _count_metrics() -> list[Column]:

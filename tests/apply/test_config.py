@@ -51,6 +51,8 @@ def test_targets_come_from_the_mapping_or_the_source_table_name():
         ({"fault_point": "somewhere"}, "fault_point 'somewhere'"),
         ({"fault_point": ["fail_target_commit", "after_target_commit"]}, "fault_point 'after_target_commit'"),
         ({"targets": {"namespace": "c", "history": "yes"}}, "targets.history"),
+        ({"fold_rows_per_task": 10}, "fold_rows_per_task 10 must be an integer of at least 1000"),
+        ({"fold_rows_per_task": "many"}, "fold_rows_per_task 'many'"),
     ],
 )
 def test_bad_configs_are_refused_with_the_reason(changes, message):

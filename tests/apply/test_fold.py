@@ -153,3 +153,33 @@ def test_a_table_wider_than_one_packed_flag_word_folds_every_column(lake):
     [row] = lake.rows("Wide")
     expected = {c: i for i, c in enumerate(columns)} | {"c01": -1, "c60": -60, "c69": None}
     assert {c: row[c] for c in columns} == expected
+
+
+@pytest.mark.parametrize(
+    ("rows", "parallelism", "rows_per_task", "tasks"),
+    [
+        (616_781, 2, 500_000, 2),  # the bench's second window on two cores: one task per core
+        (2_000_001, 2, 500_000, 6),  # more rows than one wave holds: whole waves of tasks
+        (0, 4, 500_000, 4),
+        (10, 1, 500_000, 1),
+    ],
+)
+def test_fold_tasks_are_whole_waves_of_the_cores_with_bounded_rows(rows, parallelism, rows_per_task, tasks):
+    from spark_jobs.apply.fold import fold_partitions
+
+    assert fold_partitions(rows, parallelism, rows_per_task) == tasks
+
+
+def test_a_window_folded_in_many_tasks_gives_the_same_target(lake):
+    # 6,000 changes of 3,000 keys, 1,000 rows per task, at the suite's parallelism of four:
+    # two waves of four tasks, each writing one file of the target's first commit.
+    accounts = Changes("Accounts", TYPES)
+    for key in range(3000):
+        accounts.add(W0, "INSERT", key, {"name": f"n{key}", "balance": key}, when=at(0, key % 600))
+        accounts.add(W0, "UPDATE", key, {"balance": -key}, when=at(0, 600 + key % 600), image="PARTIAL")
+    lake.write(accounts, win=W0)
+    lake.apply(W0, fold_rows_per_task=1000)
+    assert lake.spark.sparkContext.defaultParallelism == 4
+    [snapshot] = lake.snapshots("Accounts")
+    assert int(snapshot["summary"]["added-data-files"]) == 8
+    assert values_of(lake.rows("Accounts"), "name", "balance") == {k: (f"n{k}", -k) for k in range(3000)}
