@@ -50,3 +50,38 @@ def test_value_texts_convert_exactly_or_to_null_in_ansi_and_legacy_sessions(spar
         for kind, text, value in CONVERSIONS
     ]
     assert found == expected
+
+
+TIMESTAMP_TEXTS = [
+    "2024-05-01T10:00:00Z", "2024-05-01T10:00:00.123456Z", "2024-05-01 10:00:00z", "2024-05-01T10:00:00.123456789Z",
+    "2024-05-01T12:00:00+02:00", "2024-05-01T10:00:00+01:00Z", "2024-05-01T10:00:00-05:00Z", "2024-05-01T10:00:00UTCZ",
+    "2024-05-01T10:00:00Europe/BerlinZ", "2024-13-01T10:00:00Z", "2024-05-01T10:00:00 Z", "Z", "", None,
+]
+
+
+def test_timestamp_texts_read_as_the_same_instants_in_utc_and_other_session_zones(spark):
+    # A UTC session reads plain RFC 3339 UTC texts without their Z (no zone lookup per value);
+    # every text must still give the instant it gives in a session of another zone.
+    from pyspark.sql import functions as F
+
+    from spark_jobs.apply.values import typed_value
+
+    frame = spark.createDataFrame([(t,) for t in TIMESTAMP_TEXTS], "raw string")
+
+    def instants(zone: str) -> list:
+        previous = spark.conf.get("spark.sql.session.timeZone")
+        spark.conf.set("spark.sql.session.timeZone", zone)
+        try:
+            rows = frame.select("raw", F.expr(f"unix_micros({typed_value('raw', 'timestamp')})").alias("micros")).collect()
+        finally:
+            spark.conf.set("spark.sql.session.timeZone", previous)
+        return [(r.raw, r.micros) for r in rows]
+
+    utc = instants("UTC")
+    assert utc == instants("America/New_York")
+    by_text = dict(utc)
+    assert by_text["2024-05-01 10:00:00z"] == by_text["2024-05-01T10:00:00Z"] == 1714557600000000
+    assert by_text["2024-05-01T10:00:00.123456789Z"] == 1714557600123456
+    assert by_text["2024-05-01T12:00:00+02:00"] == 1714557600000000
+    # A zone and a Z, or no date: not RFC 3339, so NULL (a bad value) in either session.
+    assert [by_text[t] for t in TIMESTAMP_TEXTS[5:10]] == [None] * 5
