@@ -8,7 +8,8 @@ generated in Spark: every key starts with an INSERT, then follows one of three h
 inserts); half of the updates are partial images (NEW_VALUES), half full ones (NEW_ROW).
 Changes fall into two windows by commit time, and 5% of all changes arrive in the other
 window (late older changes, and early newer ones). Each window is appended to the changelog in
-one commit of a few files, as the extract job writes it. Applying window 1 then window 2 is timed;
+one commit of a few files, as the extract job writes it (tagged with the window, recording its
+column declarations). Applying window 1 then window 2 is timed;
 so, separately and in the same run, is the floor: appending the same rows, read from the
 changelog, to an empty Iceberg table.
 
@@ -140,10 +141,16 @@ def build_changelog(spark, table: str, changes: int, keys: int) -> None:
         f"CREATE TABLE {table} ({columns}) USING iceberg PARTITIONED BY ({CHANGELOG_PARTITIONING}) "
         f"TBLPROPERTIES ('write.distribution-mode' = 'none')"
     )
+    from spark_jobs.changelog import append_window, window_declarations
+
     for win in (w1, w2):
-        rows.where(F.col("window_id") == win.window_id).select(
+        # As the extract job commits a window: its rows persisted, their declarations counted
+        # in one pass, then one tagged commit that records them.
+        frame = rows.where(F.col("window_id") == win.window_id).select(
             *[name for name, _ in CHANGELOG_COLUMNS]
-        ).repartition(EXTRACT_TASKS).writeTo(table).append()
+        ).repartition(EXTRACT_TASKS).persist()
+        append_window(spark, table, win.window_id, frame, declarations=window_declarations(frame))
+        frame.unpersist()
     sample = spark.table(table).select("commit_ts", "ordering_key").first()
     # Spark hands timestamps over as naive local time: astimezone reads them as such.
     if bytes(sample.ordering_key) != encode_ordering_key(sample.commit_ts.astimezone(timezone.utc)):

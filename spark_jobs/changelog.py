@@ -10,6 +10,11 @@ tagged snapshot too, so "extracted, zero changes" (tag present, no rows) stays d
 from "never extracted" (no tag) for the gate and for re-runs. Iceberg makes such an empty
 append snapshot on the 1.10 Spark 3.5 runtime (tested).
 
+The same commit records the window's column declarations (:data:`DECLARATIONS_PROPERTY`):
+per source table and distinct ``column_types_json``, the rows and the first commit timestamp.
+Apply plans its targets from them without an aggregate over the window's rows of its own; it
+checks them against the rows as its fold reads them (see ``apply/job.py``).
+
 Once a window's snapshot has been expired (``expire_snapshots``), the tag is gone; a rerun
 then looks for the window's rows instead (``window_id`` column) and still writes nothing. Only
 an expired *empty* window would be committed again, as one more empty snapshot: harmless.
@@ -19,14 +24,17 @@ Never imports Airflow (this runs on executors without it).
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from airflow_cdc.model import (
@@ -36,6 +44,8 @@ from airflow_cdc.model import (
     CdcError,
     change_row_from_json_line,
     change_row_to_record,
+    format_ts,
+    parse_ts,
     validate_identifier,
 )
 from airflow_cdc.spark.job import ChangelogWriteResult, split_table_name
@@ -190,19 +200,96 @@ def _count_window_ids(partition) -> list[dict[str, int]]:
     return [dict(Counter(row[_WINDOW_ID_INDEX] for row in partition))]
 
 
+# Snapshot summary property of a window's changelog commit: its Declarations as JSON.
+DECLARATIONS_PROPERTY = "airflow-cdc.declarations"
+# A longer list is left out of the summary (apply then aggregates the rows instead): every
+# metadata file of the table repeats the summaries of all snapshots it retains.
+DECLARATIONS_LIMIT = 32 << 10
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """One distinct (source table, column_types_json) of a window, with its rows and first commit."""
+
+    source_table: str | None
+    column_types_json: str | None
+    rows: int
+    first_commit_ts: datetime | None  # aware, UTC
+
+
+def window_declarations(frame: DataFrame) -> list[Declaration]:
+    """The distinct (source table, declaration) of ``frame`` (changelog rows), each with a
+    count and first commit timestamp: one aggregate of primitive columns (Iceberg reads them
+    vectorized), no JSON parsing."""
+    found = (
+        frame.groupBy("source_table", "column_types_json")
+        .agg(F.count(F.lit(1)).alias("rows"), F.min("commit_ts").alias("first_commit_ts"))
+        .collect()
+    )
+    return [
+        Declaration(
+            source_table=row.source_table,
+            column_types_json=row.column_types_json,
+            rows=int(row.rows),
+            # Spark hands timestamps over as naive local time: astimezone reads them as such.
+            first_commit_ts=None if row.first_commit_ts is None else row.first_commit_ts.astimezone(timezone.utc),
+        )
+        for row in found
+    ]
+
+
+def declarations_properties(declarations: Iterable[Declaration]) -> dict[str, str]:
+    """The snapshot property recording ``declarations`` ({} when it would pass the limit)."""
+    entries = sorted(
+        (
+            [d.source_table, d.column_types_json, d.rows, None if d.first_commit_ts is None else format_ts(d.first_commit_ts)]
+            for d in declarations
+        ),
+        key=lambda entry: (entry[0] is None, str(entry[0]), entry[1] is None, str(entry[1])),
+    )
+    text = json.dumps(entries, separators=(",", ":"))
+    return {DECLARATIONS_PROPERTY: text} if len(text) <= DECLARATIONS_LIMIT else {}
+
+
+def recorded_declarations(summary: Mapping[str, str]) -> list[Declaration] | None:
+    """The declarations a changelog commit's summary records, when they account for every row
+    the commit added; None otherwise (no record, one cut for size, or one that does not parse)."""
+    text = summary.get(DECLARATIONS_PROPERTY)
+    if text is None:
+        return None
+    try:
+        declarations = [
+            Declaration(
+                source_table=table,
+                column_types_json=types,
+                rows=int(rows),
+                first_commit_ts=None if first is None else parse_ts(first),
+            )
+            for table, types, rows, first in json.loads(text)
+        ]
+        added = int(summary.get("added-records", "0"))
+    except (TypeError, ValueError):
+        return None
+    return declarations if sum(d.rows for d in declarations) == added else None
+
+
 def append_window(
     spark: SparkSession,
     table: str,
     window_id: str,
     frame: DataFrame,
     extra_properties: Mapping[str, str] | None = None,
+    declarations: Iterable[Declaration] | None = None,
 ) -> int:
     """Append ``frame`` to ``table`` in ONE commit tagged with ``window_id``; return its snapshot id.
 
     ``extra_properties`` go into the same snapshot summary (e.g. the extract job's outcome
     file), so they are committed atomically with the rows; they cannot replace the window tag.
+    ``declarations`` (:func:`window_declarations` of ``frame``) are recorded there too.
     """
     extra = {key: str(value) for key, value in dict(extra_properties or {}).items()}
+    if declarations is not None:
+        extra.update(declarations_properties(declarations))
     properties = {**extra, WINDOW_SNAPSHOT_PROPERTY: window_id}
     append_tagged(frame, table, properties)
     committed = own_window_commit(spark, table, window_id)
@@ -238,12 +325,23 @@ def recorded_window_result(spark: SparkSession, table: str, window_id: str, outc
 
 
 def commit_window_with_outcome(
-    spark: SparkSession, table: str, frame: DataFrame, outcome, outcome_path: str
+    spark: SparkSession,
+    table: str,
+    frame: DataFrame,
+    outcome,
+    outcome_path: str,
+    declarations: Iterable[Declaration] | None = None,
 ) -> dict:
-    """Append the window's rows and its outcome in one commit, then write the outcome file."""
+    """Append the window's rows and its outcome (and ``declarations``) in one commit, then
+    write the outcome file."""
     create_changelog_table(spark, table)
     snapshot_id = append_window(
-        spark, table, outcome.window_id, frame, extra_properties={OUTCOME_PROPERTY: outcome.to_json()}
+        spark,
+        table,
+        outcome.window_id,
+        frame,
+        extra_properties={OUTCOME_PROPERTY: outcome.to_json()},
+        declarations=declarations,
     )
     write_text(spark, outcome_path, outcome.to_json())
     return {"skipped": False, "snapshot_id": snapshot_id, "counts": outcome.counts}
@@ -267,7 +365,8 @@ def write_window(
     2. Parse every row (model codec) and count rows per window id; refuse rows of another
        window before anything is written.
     3. Create the table if missing.
-    4. Append all rows in one commit tagged with the window (empty windows too).
+    4. Append all rows in one commit tagged with the window (empty windows too), with the
+       window's declarations.
     """
     earlier = find_window_commit(spark, table, window_id)
     if earlier is not None:
@@ -286,7 +385,7 @@ def write_window(
             )
         create_changelog_table(spark, table)
         frame = spark.createDataFrame(rows, changelog_schema(), verifySchema=True)
-        snapshot_id = append_window(spark, table, window_id, frame)
+        snapshot_id = append_window(spark, table, window_id, frame, declarations=window_declarations(frame))
     finally:
         rows.unpersist()
     return ChangelogWriteResult(table, window_id, snapshot_id, counts.get(window_id, 0), skipped=False)

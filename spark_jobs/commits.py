@@ -87,6 +87,12 @@ def _metadata_snapshots(spark: SparkSession, table: str) -> list[dict] | None:
     None when the table does not exist or its metadata cannot be read this way (a catalog
     that does not hand out Iceberg tables): callers then ask Spark SQL.
     """
+    metadata = _metadata(spark, table)
+    return None if metadata is None else metadata.get("snapshots") or []
+
+
+def _metadata(spark: SparkSession, table: str) -> dict | None:
+    """The table's current metadata (its metadata file's JSON), or None (see above)."""
     from py4j.protocol import Py4JError
 
     iceberg = _iceberg_table(spark, table)
@@ -97,7 +103,27 @@ def _metadata_snapshots(spark: SparkSession, table: str) -> list[dict] | None:
         text = parser.toJson(iceberg.operations().current())
     except Py4JError:  # not a table with TableOperations (a metadata or custom table)
         return None
-    return json.loads(text).get("snapshots") or []
+    return json.loads(text)
+
+
+def operations_since(spark: SparkSession, table: str, snapshot_id: int) -> set[str] | None:
+    """The operations (append, replace, overwrite, delete) of the commits on the table's main
+    branch after ``snapshot_id``; None when it is not an ancestor of the current snapshot, or
+    the metadata cannot be read this way."""
+    metadata = _metadata(spark, table)
+    current = None if metadata is None else metadata.get("current-snapshot-id")
+    if current is None or int(current) < 0:  # -1: no snapshot (format v1 metadata)
+        return None
+    current = int(current)
+    by_id = {int(s["snapshot-id"]): s for s in metadata.get("snapshots") or []}
+    operations: set[str] = set()
+    while current != snapshot_id:
+        snapshot = by_id.get(current)
+        if snapshot is None or snapshot.get("parent-snapshot-id") is None:
+            return None
+        operations.add(str((snapshot.get("summary") or {}).get("operation", "")))
+        current = int(snapshot["parent-snapshot-id"])
+    return operations
 
 
 def current_snapshot_id(spark: SparkSession, table: str) -> int | None:

@@ -209,7 +209,12 @@ def extract_datastream_window(spark, plan: WindowPlanFile, outcome_path: str) ->
     from pyspark import StorageLevel
     from pyspark.sql import types as T
 
-    from spark_jobs.changelog import changelog_schema, commit_window_with_outcome, recorded_window_result
+    from spark_jobs.changelog import (
+        changelog_schema,
+        commit_window_with_outcome,
+        recorded_window_result,
+        window_declarations,
+    )
 
     table = plan.changelog_table
     window, window_id = plan.window, plan.window.window_id
@@ -239,7 +244,8 @@ def extract_datastream_window(spark, plan: WindowPlanFile, outcome_path: str) ->
     if spark.catalog.tableExists(table):
         frame = frame.join(_seen_event_ids(spark, table, stream, frame), "event_id", "left_anti").select(*_COLUMN_NAMES)
     frame.persist(StorageLevel.MEMORY_AND_DISK)
-    changes = frame.count()
+    declarations = window_declarations(frame)  # one pass that counts the rows too
+    changes = sum(d.rows for d in declarations)
 
     if dead_letters:
         dead = results.filter(lambda r: r[0] == "dead").map(lambda r: r[1])
@@ -282,7 +288,7 @@ def extract_datastream_window(spark, plan: WindowPlanFile, outcome_path: str) ->
         pending_children=(),
         counts=counts,
     )
-    result = commit_window_with_outcome(spark, table, frame, outcome, outcome_path)
+    result = commit_window_with_outcome(spark, table, frame, outcome, outcome_path, declarations)
     frame.unpersist()
     results.unpersist()
     return result

@@ -76,7 +76,12 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
     """Steps 1-4 above; returns the result summary."""
     from pyspark import StorageLevel
 
-    from spark_jobs.changelog import changelog_schema, commit_window_with_outcome, recorded_window_result
+    from spark_jobs.changelog import (
+        changelog_schema,
+        commit_window_with_outcome,
+        recorded_window_result,
+        window_declarations,
+    )
 
     table = plan.changelog_table
     window_id = plan.window.window_id
@@ -106,7 +111,8 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
     rows = sc.union(row_batches) if row_batches else sc.emptyRDD()
     frame = spark.createDataFrame(rows, changelog_schema())
     frame.persist(StorageLevel.MEMORY_AND_DISK)
-    changes = frame.count()
+    declarations = window_declarations(frame)  # one pass that counts the rows too
+    changes = sum(d.rows for d in declarations)
     counts = {
         "changes": changes,
         "records": sum(o.records for o in outcomes),
@@ -122,7 +128,7 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
         pending_children=tuple(lineage.still_pending),
         counts=counts,
     )
-    result = commit_window_with_outcome(spark, table, frame, outcome, outcome_path)
+    result = commit_window_with_outcome(spark, table, frame, outcome, outcome_path, declarations)
     frame.unpersist()
     return result
 

@@ -2,8 +2,11 @@
 
 Procedure (:func:`apply_window`):
 
-1. Read the window's changelog rows (``stream``, ``window_id``) and one small aggregate of
-   them: the distinct source tables and column declarations.
+1. Read the window's changelog rows (``stream``, ``window_id``) and their declarations: the
+   distinct source tables and column declarations, with counts. The window's changelog
+   commit records them (``changelog.py``); each fold then checks its table's counts against
+   the record as it reads the rows, and a record that disagrees (or none) is replaced by an
+   aggregate of the rows, and the tables planned and folded again.
 2. Plan each source table (``schema.plan_tables``): its target, key columns, typed columns
    and the declarations whose rows are dead letters. A new target's key columns are those
    of the table's first change: taken from any one change, and kept when the fold finds
@@ -48,16 +51,18 @@ from spark_jobs.commits import (
     WindowCommit,
     append_tagged,
     current_summary,
+    operations_since,
     own_window_commit,
     table_before,
     window_commit,
     window_properties,
 )
 from spark_jobs.apply.config import ApplyConfig, TableName
-from spark_jobs.changelog import check_changelog_columns
+from spark_jobs.changelog import check_changelog_columns, recorded_declarations, window_declarations
 from spark_jobs.apply.dead_letters import create_dead_letter_table, in_table_order
 from spark_jobs.apply.fold import (
     dead_letter_rows,
+    fold_input,
     fold_partitions,
     fold_table,
     ordered_changes,
@@ -149,6 +154,7 @@ class _TableWork:
     updates_in_target: int = 0  # upserts and patches of keys the target holds
     target_summary: dict[str, str] | None = None  # the target's current snapshot (read by the fold unless re-run)
     other_key_groups: int = 0  # folded groups of changes whose key columns are not the plan's
+    declarations_disagree: bool = False  # the table's rows are not what the recorded declarations say
 
 
 def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]) -> ApplyResult:
@@ -168,14 +174,6 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
     rows = reader.table(changelog).where(
         (F.col("window_id") == F.lit(config.window_id)) & (F.col("stream") == F.lit(config.stream))
     )
-    declarations = _declarations(rows)
-    guessed: dict[str | None, tuple[str, ...] | None] = {}
-
-    def some_keys(table: str | None) -> tuple[str, ...] | None:
-        guessed[table] = _some_keys(rows, table)
-        return guessed[table]
-
-    plans = plan_tables(spark, config, declarations, some_keys)
     result = ApplyResult(
         stream=config.stream,
         window_id=config.window_id,
@@ -184,19 +182,16 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
     )
     works: list[_TableWork] = []
     try:
-        for plan in plans:
-            work = _fold(spark, config, plan, rows)
-            if plan.source_table in guessed and (work.other_key_groups or plan.reason is not None):
-                # A new target's keys were guessed from any one change; only when some change
-                # names other key columns can the table's first change name others.
-                table = plan.source_table
-                first = _first_keys(rows, table)
-                if first != guessed[table]:
+        recorded = _recorded_declarations(spark, changelog, config.window_id)
+        if recorded is not None:
+            works = _fold_tables(spark, config, rows, recorded, check=True)
+            if any(work.declarations_disagree for work in works):
+                for work in works:  # the record does not describe the rows: aggregate them instead
                     _release(work)
-                    own = [d for d in declarations if d.source_table == table]
-                    work = _fold(spark, config, plan_tables(spark, config, own, lambda _: first)[0], rows)
-            works.append(work)
-            result.tables.append(work.result)
+                recorded, works = None, []
+        if recorded is None:
+            works = _fold_tables(spark, config, rows, _declarations(rows), check=False)
+        result.tables.extend(work.result for work in works)
         _commit_dead_letters(spark, config, works, result)
         if result.dead_letter_rows and config.on_dead_letter == "fail":
             result.status = "failed"
@@ -214,6 +209,64 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
         for work in works:
             _release(work)
     return result
+
+
+def _fold_tables(
+    spark: SparkSession, config: ApplyConfig, rows: DataFrame, declarations: list[Declaration], check: bool
+) -> list[_TableWork]:
+    """Plan every source table of the window from ``declarations`` and fold each (steps 2-3).
+
+    With ``check`` (declarations recorded by the changelog commit), a table whose fold read
+    another number of rows than its declarations count is marked (``declarations_disagree``),
+    and the caller starts again from an aggregate of the rows.
+    """
+    guessed: dict[str | None, tuple[str, ...] | None] = {}
+
+    def some_keys(table: str | None) -> tuple[str, ...] | None:
+        guessed[table] = _some_keys(rows, table)
+        return guessed[table]
+
+    works: list[_TableWork] = []
+    try:
+        for plan in plan_tables(spark, config, declarations, some_keys):
+            own = [d for d in declarations if d.source_table == plan.source_table] if check else None
+            work = _fold(spark, config, plan, rows, own)
+            if plan.source_table in guessed and (work.other_key_groups or plan.reason is not None):
+                # A new target's keys were guessed from any one change; only when some change
+                # names other key columns can the table's first change name others.
+                table = plan.source_table
+                first = _first_keys(rows, table)
+                if first != guessed[table]:
+                    _release(work)
+                    mine = [d for d in declarations if d.source_table == table]
+                    work = _fold(spark, config, plan_tables(spark, config, mine, lambda _: first)[0], rows, own)
+            works.append(work)
+            if work.declarations_disagree:
+                break
+    except BaseException:
+        for work in works:
+            _release(work)
+        raise
+    return works
+
+
+def _recorded_declarations(spark: SparkSession, changelog: str, window_id: str) -> list[Declaration] | None:
+    """The declarations the window's changelog commit records (see ``changelog.py``), or None.
+
+    They stand for an aggregate of the window's rows because the window's rows are the rows
+    of that one commit (the extract's protocol: one tagged commit per window, and nothing
+    else writes the window's rows), the record accounts for every row the commit added, and
+    no commit since has deleted or rewritten rows (compactions and appends do not change the
+    window's rows; a DELETE, UPDATE or MERGE on the changelog does). Each fold then checks its
+    table's row count against them (:func:`_fold`).
+    """
+    commit = window_commit(spark, changelog, window_id)
+    if commit is None:
+        return None
+    since = operations_since(spark, changelog, commit.snapshot_id)
+    if since is None or since & {"overwrite", "delete"}:
+        return None
+    return recorded_declarations(commit.summary)
 
 
 def _release(work: _TableWork) -> None:
@@ -257,25 +310,9 @@ def _import_function_classes(spark: SparkSession) -> None:
 
 
 def _declarations(rows: DataFrame) -> list[Declaration]:
-    """The window's distinct (source table, declaration), each with a count and first commit.
-
-    Primitive columns only, so Iceberg reads them vectorized; a hash aggregate with
-    fixed-width aggregates, no JSON parsing.
-    """
-    found = (
-        rows.groupBy("source_table", "column_types_json")
-        .agg(F.count(F.lit(1)).alias("rows"), F.min("commit_ts").alias("first_commit_ts"))
-        .collect()
-    )
-    return [
-        Declaration(
-            source_table=row.source_table,
-            column_types_json=row.column_types_json,
-            rows=int(row.rows),
-            first_commit_ts=row.first_commit_ts,
-        )
-        for row in found
-    ]
+    """The window's distinct (source table, declaration), each with a count and first commit:
+    an aggregate of the rows, for a window whose changelog commit records none."""
+    return window_declarations(rows)
 
 
 def _some_keys(rows: DataFrame, source_table: str | None) -> tuple[str, ...] | None:
@@ -311,7 +348,13 @@ def _table_rows(rows: DataFrame, source_table: str | None) -> DataFrame:
     return rows.where(F.col("source_table") == F.lit(source_table))
 
 
-def _fold(spark: SparkSession, config: ApplyConfig, plan: TablePlan, rows: DataFrame) -> _TableWork:
+def _fold(
+    spark: SparkSession,
+    config: ApplyConfig,
+    plan: TablePlan,
+    rows: DataFrame,
+    declared: list[Declaration] | None = None,
+) -> _TableWork:
     result = TableResult(
         source_table=plan.source_table,
         target_table=None if plan.target is None else plan.target.qualified,
@@ -371,7 +414,10 @@ def _fold(spark: SparkSession, config: ApplyConfig, plan: TablePlan, rows: DataF
     folded = fold_table(changes, plan).observe(counts, *_count_metrics()).localCheckpoint(eager=True)
     work.folded, work.changes, work.target_before = folded, changes, target_before
     work.tombstones_before = tombstones_before
-    _record_counts(work, {name: int(value or 0) for name, value in counts.get.items()})
+    observed = {name: int(value or 0) for name, value in counts.get.items()}
+    _record_counts(work, observed)
+    # Recorded declarations (``declared``) say how many rows the table has; the fold counted them.
+    work.declarations_disagree = declared is not None and observed["rows_read"] != plan.rows
     if result.dead_letter_rows:
         work.dead_letters = dead_letter_rows(parse_changes(table_rows, plan), folded)
     work.purge_due = expired is not None and bool(expired.get["expired"])
@@ -401,6 +447,7 @@ def _count_metrics() -> list[Column]:
         "revives": f"count_if({applied} AND __tombstoned)",
         "updates_in_target": f"count_if({applied} AND __in_target)",
         "other_key_groups": "count_if(startswith(__key, '!'))",
+        "rows_read": "sum(__changes)",
     }
     return [F.expr(f"{text} AS {name}") for name, text in metrics.items()]
 

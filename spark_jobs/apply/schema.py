@@ -36,6 +36,7 @@ from airflow_cdc.pipeline.column_types import (
 )
 from spark_jobs.apply.config import ApplyConfig, TableName
 from spark_jobs.apply.sql import string
+from spark_jobs.changelog import Declaration
 
 KEY_COLUMNS_PROPERTY = "airflow-cdc.key-columns"
 CDC_COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -50,16 +51,6 @@ HISTORY_COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 _RESERVED_PREFIXES = ("_cdc_", "__")
 _RESERVED_NAMES = {"valid_from", "valid_to"}
-
-
-@dataclass(frozen=True)
-class Declaration:
-    """One distinct (source table, column_types_json) of the window."""
-
-    source_table: str
-    column_types_json: str | None
-    rows: int
-    first_commit_ts: datetime | None
 
 
 @dataclass
