@@ -204,7 +204,7 @@ def _count_window_ids(partition) -> list[dict[str, int]]:
 DECLARATIONS_PROPERTY = "airflow-cdc.declarations"
 # A longer list is left out of the summary (apply then aggregates the rows instead): every
 # metadata file of the table repeats the summaries of all snapshots it retains.
-DECLARATIONS_LIMIT = 32 << 10
+DECLARATIONS_LIMIT = 16 << 10
 
 
 @dataclass(frozen=True)

@@ -106,24 +106,24 @@ def _metadata(spark: SparkSession, table: str) -> dict | None:
     return json.loads(text)
 
 
-def operations_since(spark: SparkSession, table: str, snapshot_id: int) -> set[str] | None:
-    """The operations (append, replace, overwrite, delete) of the commits on the table's main
-    branch after ``snapshot_id``; None when it is not an ancestor of the current snapshot, or
-    the metadata cannot be read this way."""
+def snapshots_since(spark: SparkSession, table: str, snapshot_id: int) -> list[dict] | None:
+    """The snapshots (metadata JSON objects) on the table's main branch after ``snapshot_id``,
+    newest first; None when it is not an ancestor of the current snapshot, or the metadata
+    cannot be read this way."""
     metadata = _metadata(spark, table)
     current = None if metadata is None else metadata.get("current-snapshot-id")
     if current is None or int(current) < 0:  # -1: no snapshot (format v1 metadata)
         return None
     current = int(current)
     by_id = {int(s["snapshot-id"]): s for s in metadata.get("snapshots") or []}
-    operations: set[str] = set()
+    since: list[dict] = []
     while current != snapshot_id:
         snapshot = by_id.get(current)
         if snapshot is None or snapshot.get("parent-snapshot-id") is None:
             return None
-        operations.add(str((snapshot.get("summary") or {}).get("operation", "")))
+        since.append(snapshot)
         current = int(snapshot["parent-snapshot-id"])
-    return operations
+    return since
 
 
 def current_snapshot_id(spark: SparkSession, table: str) -> int | None:

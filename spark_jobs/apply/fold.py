@@ -332,17 +332,23 @@ def _packed_flags(flags: Sequence[str]) -> tuple[list[str], list[str], list[str]
     return packed, names, unpacked
 
 
-def fold_partitions(rows: int, parallelism: int, rows_per_task: int) -> int:
-    """How many tasks sort and fold ``rows`` rows (changes and guard rows) on ``parallelism`` cores.
+def fold_partitions(rows: int, parallelism: int, rows_per_task: int) -> int | None:
+    """How many tasks sort and fold ``rows`` rows (changes and guard rows) on ``parallelism``
+    cores: a multiple of ``parallelism``, with at most about ``rows_per_task`` rows per task.
+    None (Spark decides) when each core would get less than a fifth of ``rows_per_task``.
 
-    A multiple of ``parallelism``, with at most about ``rows_per_task`` rows per task. Left to
-    adaptive execution, the shuffle is coalesced by bytes: four equal partitions on two cores
-    became three when two of them came to a few bytes over half of the total, and the third
-    task then ran alone (a third of the stage's time). Guard rows are a few bytes each but
-    cost the sort and the window pass as much as changes, so bytes are a poor measure anyway.
+    Left to adaptive execution, the shuffle is coalesced by bytes: four equal partitions on
+    two cores became three when two of them came to a few bytes over half of the total, and
+    the third task then ran alone (a third of the stage's time). Guard rows are a few bytes
+    each but cost the sort and the window pass as much as changes, so bytes are a poor
+    measure anyway. A small window is left to Spark, which folds it in few tasks: each task
+    writes one file of a target's first commit.
     """
     parallelism = max(1, parallelism)
-    waves = max(1, -(-max(0, rows) // (parallelism * max(1, rows_per_task))))
+    rows_per_task = max(1, rows_per_task)
+    if rows < parallelism * (rows_per_task // 5):
+        return None
+    waves = -(-rows // (parallelism * rows_per_task))
     return parallelism * waves
 
 

@@ -46,12 +46,12 @@ from dataclasses import asdict, dataclass, field
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from airflow_cdc.model import CdcError
+from airflow_cdc.model import WINDOW_SNAPSHOT_PROPERTY, CdcError
 from spark_jobs.commits import (
     WindowCommit,
     append_tagged,
     current_summary,
-    operations_since,
+    snapshots_since,
     own_window_commit,
     table_before,
     window_commit,
@@ -62,7 +62,6 @@ from spark_jobs.changelog import check_changelog_columns, recorded_declarations,
 from spark_jobs.apply.dead_letters import create_dead_letter_table, in_table_order
 from spark_jobs.apply.fold import (
     dead_letter_rows,
-    fold_input,
     fold_partitions,
     fold_table,
     ordered_changes,
@@ -218,7 +217,8 @@ def _fold_tables(
 
     With ``check`` (declarations recorded by the changelog commit), a table whose fold read
     another number of rows than its declarations count is marked (``declarations_disagree``),
-    and the caller starts again from an aggregate of the rows.
+    and so is one the declarations would dead-letter whole (no fold checks its rows); the
+    caller then starts again from an aggregate of the rows.
     """
     guessed: dict[str | None, tuple[str, ...] | None] = {}
 
@@ -231,16 +231,21 @@ def _fold_tables(
         for plan in plan_tables(spark, config, declarations, some_keys):
             own = [d for d in declarations if d.source_table == plan.source_table] if check else None
             work = _fold(spark, config, plan, rows, own)
+            works.append(work)
             if plan.source_table in guessed and (work.other_key_groups or plan.reason is not None):
                 # A new target's keys were guessed from any one change; only when some change
                 # names other key columns can the table's first change name others.
                 table = plan.source_table
                 first = _first_keys(rows, table)
                 if first != guessed[table]:
-                    _release(work)
+                    _release(works.pop())
                     mine = [d for d in declarations if d.source_table == table]
                     work = _fold(spark, config, plan_tables(spark, config, mine, lambda _: first)[0], rows, own)
-            works.append(work)
+                    works.append(work)
+            if check and work.plan.reason is not None and not work.result.already_applied:
+                # Dead-lettered whole, from what the declarations say (types, keys), and with
+                # their count: no fold reads these rows to check them, so the rows decide.
+                work.declarations_disagree = True
             if work.declarations_disagree:
                 break
     except BaseException:
@@ -263,9 +268,15 @@ def _recorded_declarations(spark: SparkSession, changelog: str, window_id: str) 
     commit = window_commit(spark, changelog, window_id)
     if commit is None:
         return None
-    since = operations_since(spark, changelog, commit.snapshot_id)
-    if since is None or since & {"overwrite", "delete"}:
+    since = snapshots_since(spark, changelog, commit.snapshot_id)
+    if since is None:
         return None
+    for snapshot in since:
+        summary = snapshot.get("summary") or {}
+        # Appends of other windows and compactions (replace) leave the window's rows as they
+        # are; a second commit of the window (a racing extract) or any other operation may not.
+        if summary.get("operation") not in ("append", "replace") or summary.get(WINDOW_SNAPSHOT_PROPERTY) == window_id:
+            return None
     return recorded_declarations(commit.summary)
 
 

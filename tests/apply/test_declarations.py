@@ -138,3 +138,26 @@ def test_a_window_with_a_record_is_planned_without_aggregating_its_rows(lake, mo
     accounts = accounts_history()
     write_recorded(lake, accounts, win=W0)
     assert lake.apply(W0).table("Accounts").upserts == 4
+
+
+def test_a_second_commit_of_the_window_makes_apply_aggregate_its_rows(lake):
+    # Two racing extract attempts both committed the window: the first (oldest) found no rows.
+    accounts = accounts_history()
+    write_recorded(lake, Changes("Accounts", TYPES), win=W0)
+    write_recorded(lake, accounts, win=W0)
+    result = lake.apply(W0)
+    assert result.table("Accounts").upserts == 4
+    assert sorted(values_of(lake.rows("Accounts"), "name")) == [1, 2, 3, 4]
+
+
+def test_a_table_the_record_would_dead_letter_whole_is_checked_against_its_rows(lake):
+    # The record leaves out the declaration that types the key column: planned from it, the
+    # table would be dead-lettered whole with "no type"; its rows say otherwise.
+    from spark_jobs.changelog import window_declarations
+
+    accounts = accounts_history()
+    frame = window_frame(lake, accounts, win=W0)
+    untyped = [replace(d, column_types_json='{"name":"STRING","balance":"INT64"}') for d in window_declarations(frame)]
+    write_recorded(lake, accounts, win=W0, declarations=untyped)
+    result = lake.apply(W0)
+    assert (result.table("Accounts").upserts, result.dead_letter_rows) == (4, 0)

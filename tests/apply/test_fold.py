@@ -160,8 +160,9 @@ def test_a_table_wider_than_one_packed_flag_word_folds_every_column(lake):
     [
         (616_781, 2, 500_000, 2),  # the bench's second window on two cores: one task per core
         (2_000_001, 2, 500_000, 6),  # more rows than one wave holds: whole waves of tasks
-        (0, 4, 500_000, 4),
-        (10, 1, 500_000, 1),
+        (400_000, 4, 500_000, 4),
+        (399_999, 4, 500_000, None),  # under a fifth of a task's rows per core: left to Spark
+        (10, 1, 500_000, None),
     ],
 )
 def test_fold_tasks_are_whole_waves_of_the_cores_with_bounded_rows(rows, parallelism, rows_per_task, tasks):
