@@ -55,14 +55,18 @@ def window_commit(spark: SparkSession, table: str, window_id: str) -> WindowComm
     """
     snapshots = _metadata_snapshots(spark, table)
     if snapshots is not None:
-        tagged = [s for s in snapshots if (s.get("summary") or {}).get(WINDOW_SNAPSHOT_PROPERTY) == window_id]
-        if not tagged:
-            return None
-        oldest = min(tagged, key=lambda s: s.get("timestamp-ms", 0))
-        summary = {str(k): str(v) for k, v in oldest["summary"].items() if k != "operation"}
-        parent = oldest.get("parent-snapshot-id")
-        return WindowCommit(int(oldest["snapshot-id"]), None if parent is None else int(parent), summary)
+        return _oldest_tagged(snapshots, window_id)
     return _snapshots_table_commit(spark, table, window_id)
+
+
+def _oldest_tagged(snapshots: list[dict], window_id: str) -> WindowCommit | None:
+    tagged = [s for s in snapshots if (s.get("summary") or {}).get(WINDOW_SNAPSHOT_PROPERTY) == window_id]
+    if not tagged:
+        return None
+    oldest = min(tagged, key=lambda s: s.get("timestamp-ms", 0))
+    summary = {str(k): str(v) for k, v in oldest["summary"].items() if k != "operation"}
+    parent = oldest.get("parent-snapshot-id")
+    return WindowCommit(int(oldest["snapshot-id"]), None if parent is None else int(parent), summary)
 
 
 def _snapshots_table_commit(spark: SparkSession, table: str, window_id: str) -> WindowCommit | None:
@@ -106,24 +110,31 @@ def _metadata(spark: SparkSession, table: str) -> dict | None:
     return json.loads(text)
 
 
-def snapshots_since(spark: SparkSession, table: str, snapshot_id: int) -> list[dict] | None:
-    """The snapshots (metadata JSON objects) on the table's main branch after ``snapshot_id``,
-    newest first; None when it is not an ancestor of the current snapshot, or the metadata
-    cannot be read this way."""
+def window_commit_and_since(spark: SparkSession, table: str, window_id: str) -> tuple[WindowCommit, list[dict]] | None:
+    """The window's (oldest) commit of ``table`` and the snapshots (metadata JSON objects) on
+    the table's main branch after it, newest first, from one read of the table's metadata.
+
+    None when the window has no commit, the commit is not an ancestor of the current
+    snapshot, or the metadata cannot be read this way.
+    """
     metadata = _metadata(spark, table)
-    current = None if metadata is None else metadata.get("current-snapshot-id")
-    if current is None or int(current) < 0:  # -1: no snapshot (format v1 metadata)
+    if metadata is None:
+        return None
+    snapshots = metadata.get("snapshots") or []
+    commit = _oldest_tagged(snapshots, window_id)
+    current = metadata.get("current-snapshot-id")
+    if commit is None or current is None or int(current) < 0:  # -1: no snapshot (format v1 metadata)
         return None
     current = int(current)
-    by_id = {int(s["snapshot-id"]): s for s in metadata.get("snapshots") or []}
+    by_id = {int(s["snapshot-id"]): s for s in snapshots}
     since: list[dict] = []
-    while current != snapshot_id:
+    while current != commit.snapshot_id:
         snapshot = by_id.get(current)
         if snapshot is None or snapshot.get("parent-snapshot-id") is None:
             return None
         since.append(snapshot)
         current = int(snapshot["parent-snapshot-id"])
-    return since
+    return commit, since
 
 
 def current_snapshot_id(spark: SparkSession, table: str) -> int | None:

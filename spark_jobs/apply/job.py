@@ -51,10 +51,10 @@ from spark_jobs.commits import (
     WindowCommit,
     append_tagged,
     current_summary,
-    snapshots_since,
     own_window_commit,
     table_before,
     window_commit,
+    window_commit_and_since,
     window_properties,
 )
 from spark_jobs.apply.config import ApplyConfig, TableName
@@ -189,7 +189,7 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
                     _release(work)
                 recorded, works = None, []
         if recorded is None:
-            works = _fold_tables(spark, config, rows, _declarations(rows), check=False)
+            works = _fold_tables(spark, config, rows, window_declarations(rows), check=False)
         result.tables.extend(work.result for work in works)
         _commit_dead_letters(spark, config, works, result)
         if result.dead_letter_rows and config.on_dead_letter == "fail":
@@ -229,8 +229,7 @@ def _fold_tables(
     works: list[_TableWork] = []
     try:
         for plan in plan_tables(spark, config, declarations, some_keys):
-            own = [d for d in declarations if d.source_table == plan.source_table] if check else None
-            work = _fold(spark, config, plan, rows, own)
+            work = _fold(spark, config, plan, rows, check)
             works.append(work)
             if plan.source_table in guessed and (work.other_key_groups or plan.reason is not None):
                 # A new target's keys were guessed from any one change; only when some change
@@ -240,7 +239,7 @@ def _fold_tables(
                 if first != guessed[table]:
                     _release(works.pop())
                     mine = [d for d in declarations if d.source_table == table]
-                    work = _fold(spark, config, plan_tables(spark, config, mine, lambda _: first)[0], rows, own)
+                    work = _fold(spark, config, plan_tables(spark, config, mine, lambda _: first)[0], rows, check)
                     works.append(work)
             if check and work.plan.reason is not None and not work.result.already_applied:
                 # Dead-lettered whole, from what the declarations say (types, keys), and with
@@ -265,12 +264,10 @@ def _recorded_declarations(spark: SparkSession, changelog: str, window_id: str) 
     window's rows; a DELETE, UPDATE or MERGE on the changelog does). Each fold then checks its
     table's row count against them (:func:`_fold`).
     """
-    commit = window_commit(spark, changelog, window_id)
-    if commit is None:
+    found = window_commit_and_since(spark, changelog, window_id)
+    if found is None:
         return None
-    since = snapshots_since(spark, changelog, commit.snapshot_id)
-    if since is None:
-        return None
+    commit, since = found
     for snapshot in since:
         summary = snapshot.get("summary") or {}
         # Appends of other windows and compactions (replace) leave the window's rows as they
@@ -320,12 +317,6 @@ def _import_function_classes(spark: SparkSession) -> None:
     java_import(jvm, "org.apache.spark.api.python.PythonUtils")
 
 
-def _declarations(rows: DataFrame) -> list[Declaration]:
-    """The window's distinct (source table, declaration), each with a count and first commit:
-    an aggregate of the rows, for a window whose changelog commit records none."""
-    return window_declarations(rows)
-
-
 def _some_keys(rows: DataFrame, source_table: str | None) -> tuple[str, ...] | None:
     """The key-column names of one change of the table that names keys (None: no change does).
 
@@ -364,7 +355,7 @@ def _fold(
     config: ApplyConfig,
     plan: TablePlan,
     rows: DataFrame,
-    declared: list[Declaration] | None = None,
+    check: bool = False,
 ) -> _TableWork:
     result = TableResult(
         source_table=plan.source_table,
@@ -406,11 +397,9 @@ def _fold(
         tombstones_before = tombstones_before.observe(
             expired, F.count_if(F.col("_cdc_commit_ts") < F.lit(config.tombstone_cutoff)).alias("expired")
         )
-    guard_rows = sum(
-        _total_records(work.target_summary if role == "target" else current_summary(spark, table.qualified))
-        for role, table, before in (("target", plan.target, target_before), ("tombstones", plan.tombstones, tombstones_before))
-        if before is not None
-    )
+    guard_rows = _total_records(work.target_summary)
+    if tombstones_before is not None:
+        guard_rows += _total_records(current_summary(spark, plan.tombstones.qualified))
     partitions = fold_partitions(plan.rows + guard_rows, spark.sparkContext.defaultParallelism, config.fold_rows_per_task)
     changes = ordered_changes(
         table_rows, plan, target_before, tombstones_before, check_values=plan.history, partitions=partitions
@@ -427,8 +416,8 @@ def _fold(
     work.tombstones_before = tombstones_before
     observed = {name: int(value or 0) for name, value in counts.get.items()}
     _record_counts(work, observed)
-    # Recorded declarations (``declared``) say how many rows the table has; the fold counted them.
-    work.declarations_disagree = declared is not None and observed["rows_read"] != plan.rows
+    # With ``check``, plan.rows is what the recorded declarations say; the fold counted the rows.
+    work.declarations_disagree = check and observed["rows_read"] != plan.rows
     if result.dead_letter_rows:
         work.dead_letters = dead_letter_rows(parse_changes(table_rows, plan), folded)
     work.purge_due = expired is not None and bool(expired.get["expired"])

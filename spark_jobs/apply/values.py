@@ -21,8 +21,9 @@ common encodings take paths without per-row regular expressions: Spark's cast re
 in the text (a ``Z`` suffix or an offset such as ``+00:00`` alike) through a zone lookup that
 compiles two regular expressions per value, so a UTC text in a UTC session (every job here
 sets one) is read without its ``Z``, after one precompiled pattern checks its shape (a third
-of the time per value; JFR had the lookup at an eighth of the fold's second stage); and ``split`` with a delimiter of more than one character compiles its
-regular expression per value, one of a single plain character does not.
+of the time per value; JFR had the lookup at an eighth of the fold's second stage); and
+``split`` with a delimiter of more than one character compiles its regular expression per
+value, one of a single plain character does not.
 """
 
 from __future__ import annotations

@@ -134,7 +134,7 @@ def test_a_window_with_a_record_is_planned_without_aggregating_its_rows(lake, mo
     def aggregate(rows):
         raise AssertionError("the window's rows were aggregated although its commit records its declarations")
 
-    monkeypatch.setattr(job, "_declarations", aggregate)
+    monkeypatch.setattr(job, "window_declarations", aggregate)
     accounts = accounts_history()
     write_recorded(lake, accounts, win=W0)
     assert lake.apply(W0).table("Accounts").upserts == 4
