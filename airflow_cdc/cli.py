@@ -3,6 +3,7 @@
     airflow-cdc status [STREAM]              streams, recent windows, partitions (stalled first)
     airflow-cdc inspect-window STREAM START  one window: state, counts, gate, its partitions
     airflow-cdc reset-stream STREAM          forget a stream (asks for confirmation)
+    airflow-cdc release-lease STREAM START   free a window held by a dead run (asks first)
     airflow-cdc lag-chart STREAM -o lag.svg  low-watermark lag per window, SVG or PNG
 
 The state store is the one tasks use: ``--url``, else the ``cdc_state`` connection
@@ -129,12 +130,7 @@ def cmd_inspect_window(args, out) -> int:
     from airflow_cdc.pipeline.protocol import gate_status
 
     store = open_store(args)
-    start = parse_ts(args.start)
-    record = store.get_window(args.stream, start)
-    if record is None:
-        starts = [format_ts(w.start) for w in store.list_windows(args.stream)[-5:]]
-        raise CdcError(f"stream {args.stream!r} has no window starting at {format_ts(start)}; "
-                       f"latest window starts: {starts or 'none'}")
+    record = find_window(store, args.stream, args.start)
     window = Window(record.stream_id, record.start, record.end)
     print(f"window {args.stream}[{format_ts(record.start)}, {format_ts(record.end)})", file=out)
     print(f"  state            {record.state.value} (attempt {record.attempt})", file=out)
@@ -173,6 +169,44 @@ def cmd_reset_stream(args, out) -> int:
             return 1
     store.reset_stream(args.stream)
     print(f"stream {args.stream!r} reset", file=out)
+    return 0
+
+
+def find_window(store, stream_id: str, start_text: str):
+    """The recorded window of ``stream_id`` starting at ``start_text``, or an error naming the latest."""
+    start = parse_ts(start_text)
+    record = store.get_window(stream_id, start)
+    if record is None:
+        starts = [format_ts(w.start) for w in store.list_windows(stream_id)[-5:]]
+        raise CdcError(f"stream {stream_id!r} has no window starting at {format_ts(start)}; "
+                       f"latest window starts: {starts or 'none'}")
+    return record
+
+
+def cmd_release_lease(args, out) -> int:
+    store = open_store(args)
+    record = find_window(store, args.stream, args.start)
+    now = datetime.now(timezone.utc)
+    expires = record.lease_expires_at
+    name = f"window {args.stream}[{format_ts(record.start)}, {format_ts(record.end)})"
+    if record.lease_owner is None or expires is None or expires <= now:
+        print(f"{name} is {record.state.value}: no live lease to release "
+              f"(holder {record.lease_owner or '-'}); plan the window to run it", file=out)
+        return 0
+    if args.owner and args.owner != record.lease_owner:
+        raise CdcError(f"{name} is held by {record.lease_owner!r}, not {args.owner!r}: another "
+                       f"run took it over; nothing was changed")
+    print(f"{name} is {record.state.value} (attempt {record.attempt}), leased to "
+          f"{record.lease_owner!r} until {format_ts(expires)}. Releasing lets the next run of the "
+          f"window take it over; if {record.lease_owner!r} is still running, its next step "
+          f"fails and changes nothing.", file=out)
+    if not args.yes:
+        answer = input(f"type the holder ({record.lease_owner}) to confirm: ")
+        if answer.strip() != record.lease_owner:
+            print("not confirmed: nothing was changed", file=out)
+            return 1
+    store.release_lease(record.window, record.lease_owner)
+    print(f"released the lease of {record.lease_owner!r} on {name}", file=out)
     return 0
 
 
@@ -305,6 +339,14 @@ def parser() -> argparse.ArgumentParser:
     reset.add_argument("stream")
     reset.add_argument("--yes", action="store_true", help="do not ask")
     reset.set_defaults(run=cmd_reset_stream)
+
+    release = commands.add_parser("release-lease", parents=[common],
+                                  help="free a window whose run died holding its lease")
+    release.add_argument("stream")
+    release.add_argument("start", help="window start, ISO-8601 (2024-05-01T09:00:00Z)")
+    release.add_argument("--owner", help="release only if this run (dag_id/run_id) holds it")
+    release.add_argument("--yes", action="store_true", help="do not ask")
+    release.set_defaults(run=cmd_release_lease)
 
     chart = commands.add_parser("lag-chart", parents=[common],
                                 help="low-watermark lag per window as SVG or PNG")

@@ -54,3 +54,16 @@ class DatastreamFilesHook:
             if event_file_format(blob.name) is not None
         ]
         return sorted(found, key=lambda f: f.path)
+
+    def read_event_file(self, path: str) -> bytes:
+        """The bytes of one listed event file (``gs://`` through GCSHook, else a local path)."""
+        if not path.startswith("gs://"):
+            from pathlib import Path
+
+            return Path(path.removeprefix("file://")).read_bytes()
+        from airflow.providers.google.cloud.hooks.gcs import GCSHook
+
+        bucket_name, object_name = split_gcs_uri(path)
+        return GCSHook(
+            gcp_conn_id=self.gcp_conn_id, impersonation_chain=self.impersonation_chain
+        ).download(bucket_name=bucket_name, object_name=object_name)

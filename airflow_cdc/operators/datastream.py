@@ -24,11 +24,12 @@ from typing import Any
 from airflow.providers.common.compat.sdk import TaskGroup
 
 from airflow_cdc.hooks.state import DEFAULT_CONN_ID
-from airflow_cdc.model import validate_identifier
+from airflow_cdc.model import format_ts, validate_identifier
 from airflow_cdc.operators.window import (
+    DEFAULT_LEASE_SECONDS,
     CdcCommitWindowOperator,
     CdcExtractOperator,
-    CdcWindowOperator,
+    CdcPlanOperator,
     run_owner,
     window_summary,
 )
@@ -73,8 +74,82 @@ def _seconds(name: str, value: timedelta | float | None) -> float | None:
     return seconds
 
 
-class DatastreamPlanOperator(CdcWindowOperator):
-    """Step 1: list the prefix; settled files not yet consumed become the window's partitions."""
+class DatastreamWindowProbe:
+    """Step 0 for Datastream: may the window be planned now? (see ``sources/datastream/readiness``)
+
+    Built from JSON kwargs, in the plan task or in the triggerer; it reads the state store
+    (the stream's consumed files and read progress) and lists the prefix, downloading only
+    settled files new enough to hold the window's evidence, each once.
+    """
+
+    def __init__(
+        self,
+        *,
+        stream_id: str,
+        prefix: str,
+        window_start: str,
+        window_end: str,
+        cdc_state_conn_id: str = DEFAULT_CONN_ID,
+        gcp_conn_id: str = "google_cloud_default",
+        impersonation_chain: str | Sequence[str] | None = None,
+        settle_seconds: float = 60,
+        allowed_lateness_seconds: float = DEFAULT_ALLOWED_LATENESS.total_seconds(),
+        idle_timeout_seconds: float | None = None,
+    ) -> None:
+        from airflow_cdc.hooks.datastream import DatastreamFilesHook
+        from airflow_cdc.model import Window, parse_ts
+        from airflow_cdc.sources.datastream.readiness import WindowEvidence
+
+        self.window = Window(stream_id, parse_ts(window_start), parse_ts(window_end))
+        self.prefix = prefix
+        self.cdc_state_conn_id = cdc_state_conn_id
+        self.files = DatastreamFilesHook(
+            gcp_conn_id=gcp_conn_id, impersonation_chain=impersonation_chain
+        )
+        self.settle_seconds = float(settle_seconds)
+        self.allowed_lateness = timedelta(seconds=float(allowed_lateness_seconds))
+        self.idle_timeout = (
+            None if idle_timeout_seconds is None else timedelta(seconds=float(idle_timeout_seconds))
+        )
+        self.evidence = WindowEvidence(lambda f: self.files.read_event_file(f.path))
+        self._store = None
+
+    def check(self, now: datetime):
+        from airflow_cdc.hooks.state import CdcStateHook
+        from airflow_cdc.pipeline.protocol import Readiness, predecessor_readiness
+        from airflow_cdc.sources.datastream import PROGRESS_PARTITION
+
+        if self._store is None:
+            self._store = CdcStateHook(cdc_state_conn_id=self.cdc_state_conn_id).get_store()
+        store, window = self._store, self.window
+        if store.get_window(window.stream_id, window.start) is not None:
+            return Readiness(True, "the window was planned before: its recorded plan is read")
+        waiting = predecessor_readiness(store, window)
+        if waiting is not None:
+            return waiting
+        known = store.list_partitions(window.stream_id)
+        progress = next((p.watermark for p in known if p.partition_id == PROGRESS_PARTITION), None)
+        return self.evidence.readiness(
+            window,
+            now,
+            lambda: self.files.list_event_files(self.prefix),
+            {p.partition_id for p in known},
+            progress,
+            self.allowed_lateness,
+            self.settle_seconds,
+            self.idle_timeout,
+        )
+
+
+class DatastreamPlanOperator(CdcPlanOperator):
+    """Steps 0 and 1: wait until the window's evidence can be read, then list the prefix;
+    settled files not yet consumed become the window's partitions.
+
+    The wait (deferrable) ends once an event read at or after the window end plus
+    ``allowed_lateness`` has landed in a settled file (or the stream's progress already
+    covers the window, or ``idle_timeout`` passed): the window then reads that evidence and
+    its gate opens as soon as apply commits.
+    """
 
     template_fields = ("gcp_conn_id",)
 
@@ -95,7 +170,25 @@ class DatastreamPlanOperator(CdcWindowOperator):
         self.allowed_lateness_seconds = _seconds("allowed_lateness", allowed_lateness)
         self.idle_timeout_seconds = _seconds("idle_timeout", idle_timeout)
 
-    def execute(self, context) -> dict:
+    def readiness_probe(self, context) -> tuple[str, dict]:
+        window = self.window(context)
+        return (
+            f"{DatastreamWindowProbe.__module__}:{DatastreamWindowProbe.__qualname__}",
+            {
+                "stream_id": window.stream_id,
+                "prefix": self.stream.source_spec["prefix"],
+                "window_start": format_ts(window.start),
+                "window_end": format_ts(window.end),
+                "cdc_state_conn_id": self.cdc_state_conn_id,
+                "gcp_conn_id": self.gcp_conn_id,
+                "impersonation_chain": self.impersonation_chain,
+                "settle_seconds": self.settle_seconds,
+                "allowed_lateness_seconds": self.allowed_lateness_seconds,
+                "idle_timeout_seconds": self.idle_timeout_seconds,
+            },
+        )
+
+    def plan(self, context) -> dict:
         from airflow_cdc.hooks.datastream import DatastreamFilesHook
         from airflow_cdc.sources.datastream.discovery import settled_files
         from airflow_cdc.sources.datastream.window import plan_datastream_window
@@ -107,8 +200,9 @@ class DatastreamPlanOperator(CdcWindowOperator):
             gcp_conn_id=self.gcp_conn_id, impersonation_chain=self.impersonation_chain
         ).list_event_files(config.source_spec["prefix"])
         files = settled_files(listed, now, self.settle_seconds)
-        plan = plan_datastream_window(
-            self.state_store(),
+        store = self.state_store()
+        plan = self.open_window(context, store, window, lambda: plan_datastream_window(
+            store,
             config,
             window,
             run_owner(context),
@@ -118,7 +212,7 @@ class DatastreamPlanOperator(CdcWindowOperator):
             self.iceberg_catalog.name,
             timedelta(seconds=self.allowed_lateness_seconds),
             None if self.idle_timeout_seconds is None else timedelta(seconds=self.idle_timeout_seconds),
-        )
+        ))
         return {
             "window_id": window.window_id,
             "attempt": plan.attempt,
@@ -142,7 +236,7 @@ class DatastreamCommitOperator(CdcCommitWindowOperator):
 
         window = self.window(context)
         record = commit_window(
-            self.state_store(), self.stream_config, window, run_owner(context)
+            self.state_store(), self.stream_config, window, run_owner(context), self.lease_seconds
         )
         counts = dict(record.counts or {})
         return {**window_summary(record), **{k: counts.get(k) for k in (
@@ -179,15 +273,23 @@ def DatastreamPipeline(  # noqa: N802 - a factory named like the group it makes
     spark_conn_id: str | None = None,
     spark_conf: Mapping[str, str] | None = None,
     work_root: str = "",
-    lease_seconds: float = 2 * 3600,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
     gate_poke_interval: float = 30,
     gate_timeout: float = 6 * 3600,
     gate_soft_fail: bool = False,
     deferrable: bool | None = None,
     source_tables: Sequence[str] | None = None,
+    wait_poke_interval: float = 15,
     dag=None,
 ) -> TaskGroup:
     """One Datastream prefix into Iceberg: plan >> extract >> commit >> apply >> gate.
+
+    The plan task waits (deferred with ``deferrable``) until the window's evidence can be
+    read: an event read at or after the window end plus ``allowed_lateness``, in a file
+    unchanged for ``settle_seconds``. It checks every ``wait_poke_interval`` seconds, and
+    gives up after ``gate_timeout`` (the window stays unplanned). A window's gate therefore
+    opens about ``allowed_lateness + settle_seconds`` plus the Spark jobs' run time after
+    the window end.
 
     ``source_tables`` are the Datastream objects as identifiers (``shop.orders`` ->
     ``shop_orders``); they become the gate's Assets, like the Spanner pipeline's.
@@ -211,6 +313,9 @@ def DatastreamPipeline(  # noqa: N802 - a factory named like the group it makes
             "settle_seconds": settle_seconds,
             "allowed_lateness": allowed_lateness,
             "idle_timeout": idle_timeout,
+            "deferrable": deferrable,
+            "wait_poke_interval": wait_poke_interval,
+            "wait_timeout": gate_timeout,
         },
     )
     return protocol_group(

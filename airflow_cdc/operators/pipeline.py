@@ -24,7 +24,11 @@ from airflow_cdc.operators.spanner import (
     SpannerChangeStreamPlanOperator,
     spanner_stream_config,
 )
-from airflow_cdc.operators.window import CdcApplyOperator, CdcCommitWindowOperator
+from airflow_cdc.operators.window import (
+    DEFAULT_LEASE_SECONDS,
+    CdcApplyOperator,
+    CdcCommitWindowOperator,
+)
 from airflow_cdc.sensors.gate import CdcWindowCompleteSensor
 from airflow_cdc.spark.iceberg import IcebergCatalog
 
@@ -147,7 +151,7 @@ def SpannerChangeStreamPipeline(  # noqa: N802 - a factory named like the group 
     spark_conn_id: str | None = None,
     spark_conf: Mapping[str, str] | None = None,
     work_root: str = "",
-    lease_seconds: float = 2 * 3600,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
     gate_poke_interval: float = 30,
     gate_timeout: float = 6 * 3600,
     dag=None,

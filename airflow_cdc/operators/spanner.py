@@ -66,15 +66,16 @@ class SpannerChangeStreamPlanOperator(CdcWindowOperator):
     def execute(self, context) -> dict:
         config = self.stream_config
         window = self.window(context)
-        plan = plan_window(
-            self.state_store(),
+        store = self.state_store()
+        plan = self.open_window(context, store, window, lambda: plan_window(
+            store,
             config,
             window,
             run_owner(context),
             self.lease_seconds,
             [PartitionPosition(partition_id=INITIAL_PARTITION, start=window.start)],
             self.iceberg_catalog.name,
-        )
+        ))
         return {
             "window_id": window.window_id,
             "attempt": plan.attempt,

@@ -10,18 +10,29 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from airflow.providers.common.compat.sdk import AirflowFailException, BaseOperator
+from airflow.providers.common.compat.sdk import (
+    AirflowException,
+    AirflowFailException,
+    BaseOperator,
+)
 
 from airflow_cdc.hooks.state import DEFAULT_CONN_ID, CdcStateHook
 from airflow_cdc.model import Window, WindowState, ZeroWidthWindowError, format_ts
 from airflow_cdc.pipeline.protocol import StreamConfig, commit_window
 from airflow_cdc.spark.iceberg import IcebergCatalog
 
-DEFAULT_LEASE_SECONDS = 2 * 3600
+# A window's lease: long enough for scheduling gaps between its tasks, short enough that a
+# run killed holding it blocks a re-run for minutes, not hours. Spark steps renew it every
+# third of its length while they run (kept_lease), and each step renews it when it starts.
+DEFAULT_LEASE_SECONDS = 10 * 60
+# Airflow DAG run states after which a run can no longer act on its window.
+FINISHED_RUN_STATES = frozenset({"success", "failed"})
 
 
 def default_work_root() -> str:
@@ -50,6 +61,50 @@ def window_from_context(stream_id: str, context: Mapping[str, Any]) -> Window:
 def run_owner(context: Mapping[str, Any]) -> str:
     """The lease owner: one DAG run."""
     return f"{context['dag'].dag_id}/{context['run_id']}"
+
+
+def run_is_finished(context: Mapping[str, Any], owner: str | None) -> bool:
+    """Whether the DAG run ``owner`` (``dag_id/run_id``, see :func:`run_owner`) has finished.
+
+    Asked through the Task SDK (tasks never read Airflow's database). A run that cannot be
+    looked up counts as running: a lease is only ever taken from a run proven finished.
+    """
+    if not owner or "/" not in owner or context.get("ti") is None:
+        return False
+    dag_id, run_id = owner.split("/", 1)
+    try:
+        state = context["ti"].get_dagrun_state(dag_id=dag_id, run_id=run_id)
+    except Exception:  # noqa: BLE001 - unknown means "maybe running": keep the lease
+        return False
+    return str(getattr(state, "value", state)).lower() in FINISHED_RUN_STATES
+
+
+@contextmanager
+def kept_lease(store, window: Window, owner: str, lease_seconds: float, log=None):
+    """Renew ``owner``'s lease every third of its length while the block runs (a Spark job).
+
+    A renewal that finds the lease lost stops renewing and is logged; the step's own guarded
+    transition afterwards fails with LeaseLostError and changes nothing (I6).
+    """
+    stop = threading.Event()
+    every = max(1.0, float(lease_seconds) / 3)
+
+    def renew() -> None:
+        while not stop.wait(every):
+            try:
+                store.renew_lease(window, owner, lease_seconds)
+            except Exception as error:  # noqa: BLE001 - reported, the step decides
+                if log is not None:
+                    log.warning("stopped renewing the lease on %s: %s", window.window_id, error)
+                return
+
+    keeper = threading.Thread(target=renew, name=f"lease-{window.stream_id}", daemon=True)
+    keeper.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        keeper.join(timeout=30)
 
 
 def mirror_task_progress(context: Mapping[str, Any], step: str, progress: Mapping) -> None:
@@ -110,6 +165,124 @@ class CdcWindowOperator(BaseOperator):
     def window(self, context) -> Window:
         return window_from_context(self.stream.stream_id, context)
 
+    def open_window(self, context, store, window: Window, plan: Callable[[], Any]) -> Any:
+        """Run ``plan`` (a call that plans the window); take the window over from a dead run.
+
+        When another run holds the window's lease and Airflow says that run has finished
+        (success or failed: it can act no more), its lease is released and the window
+        planned again, which takes it over (attempt + 1). A run still running keeps the
+        window: WindowLeaseHeldError names it and the ``airflow-cdc release-lease`` command.
+        """
+        from airflow_cdc.state.errors import WindowLeaseHeldError
+
+        try:
+            return plan()
+        except WindowLeaseHeldError as held:
+            if not run_is_finished(context, held.holder):
+                raise
+            self.log.warning(
+                "window %s is leased to %s, whose DAG run has finished: taking it over",
+                window.window_id, held.holder,
+            )
+            store.release_lease(window, held.holder)
+            return plan()
+
+
+class CdcPlanOperator(CdcWindowOperator):
+    """Steps 0 and 1: wait until the window can be read, then plan it.
+
+    A source whose evidence arrives after the window end gives a readiness probe
+    (:meth:`readiness_probe`): planning waits until the probe says the window's evidence can
+    be read, deferred to :class:`~airflow_cdc.triggers.ready.CdcWindowReadyTrigger` (the
+    worker slot is freed) or, with ``deferrable=False``, polling in the task. A wait that
+    outlasts ``wait_timeout`` fails the task naming the probe's reason; the window stays
+    unplanned and nothing is skipped. Subclasses implement :meth:`plan`.
+    """
+
+    def __init__(
+        self,
+        *,
+        deferrable: bool | None = None,
+        wait_poke_interval: float = 30,
+        wait_timeout: float = 6 * 3600,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        from airflow_cdc.sensors.gate import default_deferrable
+
+        self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
+        self.wait_poke_interval = float(wait_poke_interval)
+        self.wait_timeout = float(wait_timeout)
+
+    def readiness_probe(self, context) -> tuple[str, dict] | None:
+        """``("module:Class", kwargs)`` of the window's readiness probe; None plans at once."""
+        return None
+
+    def plan(self, context) -> dict:
+        raise NotImplementedError
+
+    def execute(self, context) -> dict:
+        import time
+        from datetime import datetime, timedelta, timezone
+
+        from airflow_cdc.triggers.ready import CdcWindowReadyTrigger, load_probe
+
+        named = self.readiness_probe(context)
+        if named is None:
+            return self.plan(context)
+        window = self.window(context)
+        probe = load_probe(*named)
+        started = datetime.now(timezone.utc)
+        deadline = started + timedelta(seconds=self.wait_timeout)
+        status = probe.check(started)
+        while not status.ready:
+            now = datetime.now(timezone.utc)
+            if now >= deadline:
+                self._wait_timed_out(window, status.reason)
+            if self.deferrable:
+                self.log.info("window %s waits in the triggerer: %s", window.window_id, status.reason)
+                self.defer(
+                    trigger=CdcWindowReadyTrigger(
+                        probe=named[0],
+                        probe_kwargs=named[1],
+                        window_id=window.window_id,
+                        poll_interval=self.wait_poke_interval,
+                        deadline=format_ts(deadline),
+                    ),
+                    method_name="execute_ready",
+                    timeout=timedelta(seconds=self.wait_timeout) + timedelta(minutes=5),
+                )
+            self.log.info("window %s waits: %s", window.window_id, status.reason)
+            pause = self.wait_poke_interval
+            if status.retry_at is not None:
+                pause = max(0.5, (status.retry_at - now).total_seconds())
+            time.sleep(min(pause, max(0.5, (deadline - now).total_seconds())))
+            status = probe.check(datetime.now(timezone.utc))
+        self.log.info("window %s can be planned: %s", window.window_id, status.reason)
+        return self.plan(context)
+
+    def execute_ready(self, context, event: dict | None = None) -> dict:
+        """Resume after the wait: plan on ``ready``, fail naming the reason otherwise."""
+        event = event or {}
+        window = self.window(context)
+        if event.get("status") == "timeout":
+            self._wait_timed_out(window, event.get("reason"))
+        if event.get("status") != "ready":
+            raise AirflowException(
+                event.get("message") or f"window {window.window_id}: unknown wait event {event!r}"
+            )
+        self.log.info("window %s can be planned: %s", window.window_id, event.get("reason"))
+        return self.plan(context)
+
+    def _wait_timed_out(self, window: Window, reason: str | None) -> None:
+        from airflow.providers.common.compat.sdk import AirflowSensorTimeout
+
+        raise AirflowSensorTimeout(
+            f"window {window.window_id} of {window.stream_id!r} could not be planned within "
+            f"{self.wait_timeout:.0f}s: {reason}. The window stays unplanned (nothing is "
+            f"skipped); clear the plan task to wait again, or fix the source"
+        )
+
 
 class CdcSparkOperator(CdcWindowOperator):
     """A protocol step that runs a Spark job through a runner.
@@ -137,10 +310,15 @@ class CdcSparkOperator(CdcWindowOperator):
             return SparkSubmitHookRunner(conn_id=self.spark_conn_id)
         return LocalSparkRunner(master="local[*]")
 
-    def run_job(self, spec) -> None:
+    def run_job(self, spec, store=None, window: Window | None = None, owner: str | None = None) -> None:
+        """Run the job; with ``store``, ``window`` and ``owner`` the window's lease is kept meanwhile."""
         self._runner = self.runner()
         try:
-            self._runner.run(spec)
+            if store is None:
+                self._runner.run(spec)
+            else:
+                with kept_lease(store, window, owner, self.lease_seconds, log=self.log):
+                    self._runner.run(spec)
         finally:
             self._runner = None
 
@@ -224,7 +402,7 @@ class CdcExtractOperator(CdcSparkOperator):
             conf=self.job_conf(context),
         )
         try:
-            self.run_job(spec)
+            self.run_job(spec, store, window, owner)
         finally:
             overrides_path.unlink(missing_ok=True)
         result = json.loads(result_path.read_text())
@@ -250,7 +428,9 @@ class CdcCommitWindowOperator(CdcWindowOperator):
     def execute(self, context) -> dict:
         window = self.window(context)
         store = self.state_store()
-        record = commit_window(store, self.stream_config, window, run_owner(context))
+        record = commit_window(
+            store, self.stream_config, window, run_owner(context), self.lease_seconds
+        )
         log_partition_progress(self.log, store, window)
         summary = window_summary(record)
         mirror_task_progress(context, "commit", summary)
@@ -362,7 +542,7 @@ class CdcApplyOperator(CdcSparkOperator):
             conf=self.job_conf(context),
         )
         try:
-            self.run_job(spec)
+            self.run_job(spec, store, window, owner)
         except SparkJobError as error:
             detail = ""
             if result_path.exists():

@@ -136,13 +136,21 @@ def plan_window(
     return WindowPlanFile.from_json(path.read_text())
 
 
-def commit_window(store, config: StreamConfig, window: Window, owner: str):
-    """Record the extract job's outcome file in one state-store transaction."""
+def commit_window(
+    store, config: StreamConfig, window: Window, owner: str, lease_seconds: float | None = None
+):
+    """Record the extract job's outcome file in one state-store transaction.
+
+    With ``lease_seconds`` the owner's lease is renewed first: it may have run out while the
+    commit task waited for a worker, and the owner may renew it as long as nobody took over.
+    """
     record = store.get_window(window.stream_id, window.start)
     if record is None:
         raise WindowNotReadyError(f"window {window.window_id} of {window.stream_id} was never planned")
     if record.committed:
         return record
+    if lease_seconds is not None:
+        store.renew_lease(window, owner, lease_seconds)
     path = config.outcome_path(window)
     if not path.exists():
         raise WindowNotReadyError(
@@ -156,6 +164,41 @@ def commit_window(store, config: StreamConfig, window: Window, owner: str):
         )
     extra = {k: v for k, v in outcome.counts.items() if k not in STORE_COMPUTED_COUNTS}
     return store.commit_window(window, owner, list(outcome.outcomes), extra)
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """Step 0 of the protocol: whether a window may be planned now, and if not, why not.
+
+    A DAG run for ``[s, e)`` starts at ``e``, but a source's evidence for the window can
+    arrive later (Datastream's allowed lateness). Planning waits until it can exist, so the
+    window reads it and its gate can open; ``retry_at`` is the earliest instant asking again
+    can change the answer (None: poll).
+    """
+
+    ready: bool
+    reason: str
+    retry_at: datetime | None = None
+
+
+def predecessor_readiness(store, window: Window) -> Readiness | None:
+    """Why ``window`` cannot be planned yet because of the window before it, or None if it can.
+
+    Windows of a stream commit strictly in order: W waits while W-1 is still running
+    (PLANNED or EXTRACTED). A FAILED W-1 will not commit by waiting, so that is not a wait:
+    planning then fails and names it (re-run W-1 first).
+    """
+    if store.get_window(window.stream_id, window.start) is not None:
+        return None  # already planned: a re-run returns the recorded plan
+    earlier = [w for w in store.list_windows(window.stream_id) if w.start < window.start]
+    if not earlier or earlier[-1].committed or earlier[-1].state is WindowState.FAILED:
+        return None
+    previous = earlier[-1]
+    return Readiness(
+        False,
+        f"the previous window [{format_ts(previous.start)}, {format_ts(previous.end)}) is "
+        f"{previous.state.value}: windows of a stream commit in order",
+    )
 
 
 @dataclass(frozen=True)

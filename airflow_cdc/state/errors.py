@@ -47,7 +47,11 @@ class LeaseError(StateStoreError):
 
 
 class WindowLeaseHeldError(LeaseError):
-    """Planning a window another run holds an unexpired lease on."""
+    """Planning a window another run holds an unexpired lease on; ``holder`` names that run."""
+
+    def __init__(self, message: str, holder: str | None = None) -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 class LeaseLostError(LeaseError):

@@ -456,6 +456,34 @@ class StateStore:
 
         return self._write(run)
 
+    def release_lease(self, window: Window, owner: str) -> WindowRecord:
+        """Expire ``owner``'s lease on ``window`` now, so another run may take the window over.
+
+        The repair for a run that died holding its lease (a killed worker, a crashed
+        ``airflow dags test``): the window keeps its state and recorded plan, and the next
+        plan of the window takes it over (attempt + 1), after which the released owner's steps
+        raise :class:`LeaseLostError` and change nothing (I6). ``owner`` must be the holder,
+        so a run that took the window over meanwhile is never released by mistake. Releasing
+        an expired lease changes nothing; a COMPLETE or FAILED window holds no lease.
+        """
+        _require_window(window)
+        _require_text("lease owner", owner)
+
+        def run(conn: Connection, now: datetime) -> WindowRecord:
+            row = self._locked_window(conn, window)
+            _require_owner(row, owner, "release the lease on")
+            if row.state in (S.FAILED, S.COMPLETE):
+                raise LeaseLostError(
+                    f"{_name(row)} is {row.state}: it holds no lease to release; plan the "
+                    f"window again to run it"
+                )
+            if row.lease_expires_at is not None and row.lease_expires_at <= now:
+                return _window_record(row)
+            self._guarded_update(conn, row, {"lease_expires_at": now}, owner=owner, now=now)
+            return _window_record(_window_row(conn, window.stream_id, window.start))
+
+        return self._write(run)
+
     def get_window(self, stream_id: str, start: datetime) -> WindowRecord | None:
         """The window of ``stream_id`` starting at ``start``, or None if it was never planned."""
         validate_identifier("stream id", stream_id)
@@ -756,7 +784,10 @@ class StateStore:
                 f"{_name(row)} is being run by {row.lease_owner!r} (attempt {row.attempt}, "
                 f"lease until {_ts(row.lease_expires_at)}), so {owner!r} cannot run it: two "
                 f"runs of one window cannot run at once; wait until that run finishes or "
-                f"fails, or until its lease expires at {_ts(row.lease_expires_at)}"
+                f"fails, or until its lease expires at {_ts(row.lease_expires_at)}. If that "
+                f"run is dead (killed, crashed), release its lease: airflow-cdc release-lease "
+                f"{row.stream_id} {_ts(row.window_start)} --owner '{row.lease_owner}'",
+                holder=row.lease_owner,
             )
         else:
             self._guarded_update(

@@ -1,0 +1,109 @@
+"""The deferred wait before planning: polls a source's readiness probe until a window can be read.
+
+Step 0 of the window protocol (:class:`airflow_cdc.pipeline.protocol.Readiness`). The plan
+task defers here while its window's evidence cannot exist yet, freeing its worker slot; the
+trigger asks the probe again every ``poll_interval`` (or sleeps until the probe's
+``retry_at``) and fires ``ready``, ``timeout`` or ``error``. It only reads, so the triggerer
+may run it twice or restart it; the deadline is absolute, so a restart keeps it.
+
+A probe is named by its import path (``module:Class``) and built from JSON kwargs in the
+triggerer; it has ``check(now) -> Readiness``. Probes are synchronous (state store over
+SQLAlchemy, object listings through Airflow hooks), so each check runs in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from collections.abc import AsyncIterator
+from datetime import datetime, timezone
+from typing import Any
+
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+
+def load_probe(classpath: str, kwargs: dict):
+    """The probe ``module:Class`` built with ``kwargs``."""
+    module_name, _, name = classpath.partition(":")
+    if not module_name or not name:
+        raise ValueError(f"readiness probe {classpath!r} is not 'module:Class'")
+    return getattr(importlib.import_module(module_name), name)(**kwargs)
+
+
+class CdcWindowReadyTrigger(BaseTrigger):
+    """Fires when the probe says the window ``window_id`` may be planned.
+
+    Events (``payload["status"]``): ``ready`` (``reason``, ``polls``); ``timeout`` (the
+    ``deadline`` passed; ``reason`` is the probe's last answer); ``error`` (``message``).
+    """
+
+    def __init__(
+        self,
+        *,
+        probe: str,
+        probe_kwargs: dict,
+        window_id: str,
+        poll_interval: float = 30.0,
+        deadline: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.probe = probe
+        self.probe_kwargs = dict(probe_kwargs)
+        self.window_id = window_id
+        self.poll_interval = float(poll_interval)
+        self.deadline = deadline
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "probe": self.probe,
+                "probe_kwargs": self.probe_kwargs,
+                "window_id": self.window_id,
+                "poll_interval": self.poll_interval,
+                "deadline": self.deadline,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        from airflow_cdc.model import parse_ts
+
+        deadline = parse_ts(self.deadline) if self.deadline else None
+        polls = 0
+        last_reason = None
+        try:
+            probe = load_probe(self.probe, self.probe_kwargs)
+        except Exception as error:  # noqa: BLE001 - the operator turns it into a failure
+            yield TriggerEvent({"status": "error", "message": f"{type(error).__name__}: {error}"})
+            return
+        while True:
+            polls += 1
+            now = datetime.now(timezone.utc)
+            try:
+                status = await asyncio.to_thread(probe.check, now)
+            except Exception as error:  # noqa: BLE001
+                yield TriggerEvent(
+                    {
+                        "status": "error",
+                        "message": f"window {self.window_id}: the readiness probe failed: "
+                        f"{type(error).__name__}: {error}",
+                    }
+                )
+                return
+            if status.ready:
+                self.log.info("window %s can be planned: %s", self.window_id, status.reason)
+                yield TriggerEvent({"status": "ready", "reason": status.reason, "polls": polls})
+                return
+            if status.reason != last_reason:
+                self.log.info("window %s waits: %s", self.window_id, status.reason)
+                last_reason = status.reason
+            now = datetime.now(timezone.utc)
+            if deadline is not None and now >= deadline:
+                yield TriggerEvent({"status": "timeout", "reason": status.reason, "polls": polls})
+                return
+            sleep = self.poll_interval
+            if status.retry_at is not None:
+                sleep = max(0.5, (status.retry_at - now).total_seconds())
+            if deadline is not None:
+                sleep = min(sleep, max(0.0, (deadline - now).total_seconds()))
+            await asyncio.sleep(sleep)
