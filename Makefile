@@ -8,7 +8,7 @@ SYSTEM_JARS := /usr/share/java/jarjar.jar /usr/share/java/postgresql.jar /usr/sh
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
-.PHONY: setup test demo demo-datastream bench services system-packages constraints clean
+.PHONY: setup test demo demo-datastream live-datastream bench services system-packages constraints clean
 
 ## setup: venv with the pinned constraints, the package (editable), Debian jars, Iceberg jars.
 setup: $(STAMP)
@@ -45,6 +45,11 @@ demo: setup
 ## demo-datastream: the Datastream pipeline end to end on local event files.
 demo-datastream: setup
 	$(PY) -m airflow_cdc.demo.datastream
+
+## live-datastream: the Datastream DAG under Airflow's scheduler and triggerer on a 1-minute
+## schedule while a writer lands files in wall-clock time (about 6 minutes).
+live-datastream: setup
+	$(PY) -m airflow_cdc.demo.live_datastream
 
 ## bench: benchmarks (ratios against a baseline measured in the same run).
 bench: setup

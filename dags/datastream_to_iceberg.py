@@ -17,7 +17,7 @@ import os
 from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import DAG, task
-from airflow.timetables.interval import CronDataIntervalTimetable
+from airflow.timetables.interval import CronDataIntervalTimetable, DeltaDataIntervalTimetable
 
 from airflow_cdc.operators.datastream import DatastreamPipeline
 
@@ -26,7 +26,14 @@ GCP_CONN_ID = os.environ.get("CDC_DATASTREAM_GCP_CONN_ID", "google_cloud_default
 STREAM_ID = os.environ.get("CDC_DATASTREAM_STREAM_ID", "shop")
 START = datetime.fromisoformat(os.environ.get("CDC_START", "2025-01-06T08:00:00+00:00"))
 WINDOW_MINUTES = int(os.environ.get("CDC_WINDOW_MINUTES", "10"))
+# Sub-minute windows (the live test's) need a delta timetable; cron counts in minutes.
+WINDOW_SECONDS = os.environ.get("CDC_WINDOW_SECONDS")
 SETTLE_SECONDS = float(os.environ.get("CDC_DATASTREAM_SETTLE_SECONDS", "60"))
+LATENESS = timedelta(seconds=float(os.environ.get("CDC_DATASTREAM_LATENESS_SECONDS", "300")))
+CATCHUP = os.environ.get("CDC_CATCHUP", "").lower() == "true"
+MAX_ACTIVE_RUNS = int(os.environ.get("CDC_MAX_ACTIVE_RUNS", "1"))
+WAIT_POKE_SECONDS = float(os.environ.get("CDC_WAIT_POKE_SECONDS", "15"))
+GATE_TIMEOUT_SECONDS = float(os.environ.get("CDC_GATE_TIMEOUT_SECONDS", "1800"))
 IDLE_TIMEOUT = os.environ.get("CDC_DATASTREAM_IDLE_TIMEOUT_SECONDS")
 TABLES = [t for t in os.environ.get("CDC_DATASTREAM_TABLES", "shop_orders,public_customers").split(",") if t]
 DEFERRABLE = {"true": True, "false": False}.get(os.environ.get("CDC_DEFERRABLE", "").lower())
@@ -34,10 +41,14 @@ DEFERRABLE = {"true": True, "false": False}.get(os.environ.get("CDC_DEFERRABLE",
 with DAG(
     dag_id="datastream_to_iceberg",
     # A data-interval timetable: each run owns [data_interval_start, data_interval_end).
-    schedule=CronDataIntervalTimetable(f"*/{WINDOW_MINUTES} * * * *", timezone="UTC"),
+    schedule=(
+        DeltaDataIntervalTimetable(timedelta(seconds=float(WINDOW_SECONDS)))
+        if WINDOW_SECONDS
+        else CronDataIntervalTimetable(f"*/{WINDOW_MINUTES} * * * *", timezone="UTC")
+    ),
     start_date=START.astimezone(timezone.utc),
-    catchup=False,
-    max_active_runs=1,
+    catchup=CATCHUP,
+    max_active_runs=MAX_ACTIVE_RUNS,
     tags=["cdc", "datastream", "iceberg"],
     doc_md=__doc__,
 ):
@@ -47,12 +58,15 @@ with DAG(
         stream_id=STREAM_ID,
         gcp_conn_id=GCP_CONN_ID,
         settle_seconds=SETTLE_SECONDS,
-        allowed_lateness=timedelta(minutes=5),
+        # The plan waits until an event read LATENESS after the window end has landed in a
+        # file unchanged for SETTLE_SECONDS; the gate opens once apply committed that window.
+        allowed_lateness=LATENESS,
         idle_timeout=None if not IDLE_TIMEOUT else timedelta(seconds=float(IDLE_TIMEOUT)),
         targets={"namespace": "current"},
         source_tables=TABLES,
+        wait_poke_interval=WAIT_POKE_SECONDS,
         gate_poke_interval=5,
-        gate_timeout=120,
+        gate_timeout=GATE_TIMEOUT_SECONDS,
         deferrable=DEFERRABLE,
     )
 

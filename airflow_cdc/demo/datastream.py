@@ -122,6 +122,31 @@ class _Positions:
         return {"lsn": f"{self.lsn >> 32:X}/{self.lsn & 0xFFFFFFFF:X}"}
 
 
+def datastream_event(table: str, row: dict, change: str, when: datetime, read: datetime,
+                     positions: _Positions, rng: random.Random, uuid: str,
+                     backfill: bool = False) -> dict:
+    """One Datastream event of the demo's MySQL (JSON) or PostgreSQL (Avro) tables."""
+    kind = TABLES.get(table, "mysql")
+    deleted = change == "DELETE"
+    schema, _, name = table.partition("_")
+    if kind == "mysql":
+        meta = {**({"log_file": "", "log_position": 0} if backfill else positions.mysql()),
+                "primary_keys": ["id"], "is_deleted": deleted, "database": schema,
+                "table": name, "change_type": change}
+        method = "mysql-backfill-fulldump" if backfill else "mysql-cdc-binlog"
+    else:
+        meta = {**({} if backfill else positions.postgres()), "schema": schema,
+                "table": name, "is_deleted": deleted, "change_type": change,
+                "tx_id": str(rng.randint(1000, 9999)), "primary_keys": ["id"]}
+        method = "postgresql-backfill" if backfill else "postgres-cdc-wal"
+    return {
+        "stream_name": "projects/demo/locations/us-central1/streams/shop",
+        "read_method": method, "object": table, "schema_key": f"{table}-v1",
+        "uuid": uuid, "read_timestamp": read, "source_timestamp": when,
+        "sort_keys": [], "source_metadata": meta, "payload": dict(row),
+    }
+
+
 def generate_history(base: Path, seed: int = 11, windows: int = 4) -> DatastreamHistory:
     rng = random.Random(seed)
     positions = _Positions()
@@ -131,24 +156,8 @@ def generate_history(base: Path, seed: int = 11, windows: int = 4) -> Datastream
 
     def event(table: str, row: dict, change: str, when: datetime, read: datetime,
               backfill: bool = False) -> dict:
-        kind = TABLES[table]
-        deleted = change == "DELETE"
-        if kind == "mysql":
-            meta = {**({"log_file": "", "log_position": 0} if backfill else positions.mysql()),
-                    "primary_keys": ["id"], "is_deleted": deleted, "database": "shop",
-                    "table": "orders", "change_type": change}
-            method = "mysql-backfill-fulldump" if backfill else "mysql-cdc-binlog"
-        else:
-            meta = {**({} if backfill else positions.postgres()), "schema": "public",
-                    "table": "customers", "is_deleted": deleted, "change_type": change,
-                    "tx_id": str(rng.randint(1000, 9999)), "primary_keys": ["id"]}
-            method = "postgresql-backfill" if backfill else "postgres-cdc-wal"
-        return {
-            "stream_name": "projects/demo/locations/us-central1/streams/shop",
-            "read_method": method, "object": table, "schema_key": f"{table}-v1",
-            "uuid": str(next(uuids)), "read_timestamp": read, "source_timestamp": when,
-            "sort_keys": [], "source_metadata": meta, "payload": dict(row),
-        }
+        return datastream_event(table, row, change, when, read, positions, rng,
+                                str(next(uuids)), backfill)
 
     # Backfill: the tables as they were when the stream started.
     for table, count in (("shop_orders", 8), ("public_customers", 6)):
@@ -230,13 +239,13 @@ def generate_history(base: Path, seed: int = 11, windows: int = 4) -> Datastream
     )
 
 
-def compare_targets(warehouse: Path, history: DatastreamHistory) -> dict:
-    """Rows and mismatches of every target table against the true final state."""
+def compare_targets(warehouse: Path, truths: dict[str, dict[int, dict]]) -> dict:
+    """Rows and mismatches of every target table against its true final state (key -> row)."""
     from airflow_cdc.demo.compare import read_iceberg_rows
 
     total = mismatches = 0
     details = {}
-    for table, truth in history.truth.items():
+    for table, truth in truths.items():
         folder = warehouse / "current" / table
         rows = read_iceberg_rows(folder) if folder.exists() else []
         target = {r["id"]: {k: v for k, v in r.items() if not k.startswith("_cdc_")} for r in rows}
@@ -315,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"demo-datastream: the example DAG does not import: {bag.import_errors}")
     runs = run_windows(history, bag.dags[DAG_ID], log=lambda m: print(m, flush=True))
     failed = [r for r in runs if getattr(r, "state", None) != DagRunState.SUCCESS]
-    result = compare_targets(base / "warehouse", history)
+    result = compare_targets(base / "warehouse", history.truth)
     for table, detail in result["tables"].items():
         print(f"demo-datastream: {table}: {detail}", flush=True)
     status = "OK" if result["mismatches"] == 0 and not failed else "MISMATCH"

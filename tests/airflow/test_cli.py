@@ -115,3 +115,20 @@ def test_status_reads_the_store_named_by_url_without_printing_a_password(store):
     two_windows(store)
     code, out = run("status", "--url", os.environ["AIRFLOW_CDC_STATE_URL"])
     assert code == 0 and "stream orders" in out
+
+
+def test_release_lease_confirmed_with_the_holder_lets_another_run_take_the_window(store, monkeypatch):
+    applied(store, window=W1, apply=False)
+    monkeypatch.setattr("builtins.input", lambda prompt: "run")
+    code, out = run("release-lease", "orders", "2024-05-01T09:00:00Z")
+    assert code == 0 and "released the lease of 'run'" in out
+    taken = store.plan_window(W1, "dag/another-run", 600)
+    assert (taken.window.lease_owner, taken.window.attempt) == ("dag/another-run", 2)
+
+
+def test_release_lease_of_a_run_that_no_longer_holds_the_window_changes_nothing(store, capsys):
+    applied(store, window=W1, apply=False)
+    code, _ = run("release-lease", "orders", "2024-05-01T09:00:00Z", "--owner", "dag/old", "--yes")
+    assert code == 2
+    assert "is held by 'run', not 'dag/old'" in capsys.readouterr().err
+    assert store.get_window("orders", W1.start).lease_owner == "run"

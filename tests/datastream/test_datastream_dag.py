@@ -56,7 +56,7 @@ def test_the_window_run_succeeds(replay):
 def test_targets_equal_the_true_state_of_the_source_tables(replay):
     from airflow_cdc.demo.datastream import compare_targets
 
-    result = compare_targets(replay["base"] / "warehouse", replay["history"])
+    result = compare_targets(replay["base"] / "warehouse", replay["history"].truth)
 
     assert result["mismatches"] == 0, result["tables"]
     assert result["target_rows"] == sum(len(rows) for rows in replay["history"].truth.values())

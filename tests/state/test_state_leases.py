@@ -112,3 +112,34 @@ def test_a_failed_window_lease_cannot_be_renewed(orders):
         match="the window is FAILED and its lease was released; plan the window again",
     ):
         orders.renew_lease(window(0), "run-1", LEASE)
+
+
+def test_a_held_window_names_the_release_lease_command_for_a_dead_holder(orders):
+    orders.plan_window(window(0), "dag/run-1", LEASE, [position("p1")])
+    with pytest.raises(WindowLeaseHeldError) as raised:
+        orders.plan_window(window(0), "dag/run-2", LEASE, [position("p1")])
+    assert raised.value.holder == "dag/run-1"
+    assert str(raised.value).endswith(
+        "release its lease: airflow-cdc release-lease orders 2024-01-01T00:00:00.000000Z "
+        "--owner 'dag/run-1'"
+    )
+
+
+def test_a_released_lease_lets_the_next_run_take_the_window_over_at_once(orders):
+    orders.plan_window(window(0), "run-1", LEASE, [position("p1")])
+    orders.mark_extracted(window(0), "run-1", 101)
+
+    orders.release_lease(window(0), "run-1")
+    taken = orders.plan_window(window(0), "run-2", LEASE)
+
+    assert (taken.window.lease_owner, taken.window.attempt) == ("run-2", 2)
+    assert taken.window.state == WindowState.EXTRACTED
+    with pytest.raises(LeaseLostError):
+        orders.commit_window(window(0), "run-1", [continuing("p1", at(60), "tok-run-1")])
+
+
+def test_only_the_holder_s_lease_can_be_released(orders):
+    orders.plan_window(window(0), "run-1", LEASE, [position("p1")])
+    with pytest.raises(LeaseLostError):
+        orders.release_lease(window(0), "run-2")
+    assert orders.get_window("orders", window(0).start).lease_expires_at > at(0)
