@@ -13,7 +13,10 @@ Procedure:
 3. Drop duplicates by uuid: within the window, and against every event id already in the
    changelog (Datastream delivers at least once, duplicates may come windows later).
 4. Malformed lines, files and events go to the stream's dead-letter table with the reason
-   (one commit marked with the window); everything else goes on.
+   (one commit marked with the window); everything else goes on. Events are keyed by the
+   plan's key columns per table (declared in the source spec, looked up into the options),
+   else by their metadata; tables keyed by Oracle ROWID are counted by name
+   (``rowid_keyed_tables``), so a window says when it used the key that moves.
 5. Append the rows in ONE changelog commit tagged with the window, carrying the outcome:
    every file finished, the progress partition at the newest read_timestamp minus the
    allowed lateness (or declared idle), then write the outcome file.
@@ -32,12 +35,14 @@ from airflow_cdc.pipeline.files import WindowOutcomeFile, WindowPlanFile
 from airflow_cdc.sources.datastream import PROGRESS_PARTITION
 from airflow_cdc.sources.datastream.events import (
     GENERIC_FIELDS,
+    ORACLE_ROW_ID_COLUMN,
     MalformedEventError,
     event_to_change_row,
     json_event,
     normalize_value,
     parse_event_time,
 )
+from airflow_cdc.sources.datastream.keys import table_keys
 from airflow_cdc.sources.datastream.progress import idle_declared, progress_watermark
 
 # Marks the extract job's dead-letter commit; apply tags its own with the window property.
@@ -54,14 +59,17 @@ def normal_path(path: str) -> str:
     return path
 
 
-def map_event(stream: str, window_id: str, partition_id: str, event) -> tuple:
-    """("row", changelog tuple, read ms) or ("dead", dead-letter tuple, read ms or None)."""
+def map_event(stream: str, window_id: str, partition_id: str, event, keys=None) -> tuple:
+    """("row", changelog tuple, read ms, ROWID-keyed table or None) or
+    ("dead", dead-letter tuple, read ms or None, None). ``keys``: key columns per table."""
     try:
-        row = event_to_change_row(event, stream, window_id, partition_id)
+        row = event_to_change_row(event, stream, window_id, partition_id, keys)
     except (MalformedEventError, TypeError, ValueError, KeyError, OverflowError) as error:
         return dead_letter(stream, window_id, partition_id, event, str(error))
     record = change_row_to_record(row)
-    return ("row", tuple(record[n] for n in _COLUMN_NAMES), row.source_metadata["read_timestamp"])
+    by_row_id = row.source_metadata["keyed_by"] == ORACLE_ROW_ID_COLUMN
+    return ("row", tuple(record[n] for n in _COLUMN_NAMES), row.source_metadata["read_timestamp"],
+            row.source_table if by_row_id else None)
 
 
 def dead_letter(stream: str, window_id: str, partition_id: str, raw, reason: str) -> tuple:
@@ -81,10 +89,10 @@ def dead_letter(stream: str, window_id: str, partition_id: str, raw, reason: str
             read_ms = int(parse_event_time("read_timestamp", raw.get("read_timestamp")).timestamp() * 1000)
         except (MalformedEventError, ValueError, TypeError, OverflowError):
             read_ms = None
-    return ("dead", tuple(record[n] for n in _COLUMN_NAMES) + (f"extract: {reason}",), read_ms)
+    return ("dead", tuple(record[n] for n in _COLUMN_NAMES) + (f"extract: {reason}",), read_ms, None)
 
 
-def json_line_results(stream: str, window_id: str, row) -> tuple:
+def json_line_results(stream: str, window_id: str, row, keys=None) -> tuple:
     fields = row.asDict()
     path = normal_path(fields.pop("_file"))
     corrupt = fields.pop(CORRUPT_COLUMN, None)
@@ -94,10 +102,10 @@ def json_line_results(stream: str, window_id: str, row) -> tuple:
         event = json_event(fields)
     except MalformedEventError as error:
         return dead_letter(stream, window_id, path, fields, str(error))
-    return map_event(stream, window_id, path, event)
+    return map_event(stream, window_id, path, event, keys)
 
 
-def avro_file_results(stream: str, window_id: str, path: str, content: bytes) -> list[tuple]:
+def avro_file_results(stream: str, window_id: str, path: str, content: bytes, keys=None) -> list[tuple]:
     """Every event of one Avro file through fastavro; an unreadable file is one dead letter."""
     import fastavro
 
@@ -107,7 +115,7 @@ def avro_file_results(stream: str, window_id: str, path: str, content: bytes) ->
     except Exception as error:  # noqa: BLE001 - any decoding failure makes the file a dead letter
         return [dead_letter(stream, window_id, path, f"<{len(content)} bytes of Avro>",
                             f"file is not readable Avro ({type(error).__name__}: {error})")]
-    return [map_event(stream, window_id, path, record) for record in records]
+    return [map_event(stream, window_id, path, record, keys) for record in records]
 
 
 def spark_avro_available(spark) -> bool:
@@ -125,8 +133,9 @@ def json_schema():
     return T.StructType([T.StructField(n, T.StringType()) for n in names])
 
 
-def read_events(spark, stream: str, window_id: str, json_files: list[str], avro_files: list[str]):
-    """An RDD of ("row" | "dead", tuple, read ms) for every event of the window's files."""
+def read_events(spark, stream: str, window_id: str, json_files: list[str], avro_files: list[str],
+                keys=None):
+    """An RDD of :func:`map_event` results for every event of the window's files."""
     from pyspark.sql import functions as F
 
     sc = spark.sparkContext
@@ -139,7 +148,7 @@ def read_events(spark, stream: str, window_id: str, json_files: list[str], avro_
             .json(json_files)
             .withColumn("_file", F.input_file_name())
         )
-        parts.append(frame.rdd.map(lambda row: json_line_results(stream, window_id, row)))
+        parts.append(frame.rdd.map(lambda row: json_line_results(stream, window_id, row, keys)))
     if avro_files and spark_avro_available(spark):
         for path in avro_files:  # one schema per file: Datastream writes one object per file
             frame = spark.read.format("avro").load(path)
@@ -148,20 +157,24 @@ def read_events(spark, stream: str, window_id: str, json_files: list[str], avro_
                 if name in frame.columns:
                     frame = frame.withColumn(name, F.floor(F.unix_micros(F.col(name)) / 1000))
             parts.append(frame.rdd.map(
-                lambda row, p=path: map_event(stream, window_id, p, row.asDict(recursive=True))
+                lambda row, p=path: map_event(stream, window_id, p, row.asDict(recursive=True), keys)
             ))
     elif avro_files:
         files = sc.binaryFiles(",".join(avro_files), minPartitions=len(avro_files))
-        parts.append(files.flatMap(lambda item: avro_file_results(stream, window_id, *item)))
+        parts.append(files.flatMap(lambda item: avro_file_results(stream, window_id, *item, keys)))
     return sc.union(parts) if parts else sc.emptyRDD()
 
 
 def _tally(results) -> list[tuple]:
-    """(records per file, events, dead letters, newest read ms) of one Spark partition."""
+    """(records per file, events, dead letters, newest read ms, ROWID-keyed tables) of one
+    Spark partition."""
     per_file: dict[str, int] = {}
     events = dead = 0
     newest = None
-    for kind, values, read_ms in results:
+    by_row_id: set[str] = set()
+    for kind, values, read_ms, row_id_table in results:
+        if row_id_table is not None:
+            by_row_id.add(row_id_table)
         path = values[_PARTITION_INDEX]
         per_file[path] = per_file.get(path, 0) + 1
         if kind == "row":
@@ -170,7 +183,7 @@ def _tally(results) -> list[tuple]:
             dead += 1
         if read_ms is not None and (newest is None or read_ms > newest):
             newest = read_ms
-    return [(per_file, events, dead, newest)]
+    return [(per_file, events, dead, newest, by_row_id)]
 
 
 def _first_by_uuid(a: tuple, b: tuple) -> tuple:
@@ -227,17 +240,19 @@ def extract_datastream_window(spark, plan: WindowPlanFile, outcome_path: str) ->
     files = [p for p in plan.positions if p.partition_id != PROGRESS_PARTITION]
     json_files = [p.partition_id for p in files if p.resume_position == "json"]
     avro_files = [p.partition_id for p in files if p.resume_position == "avro"]
-    results = read_events(spark, stream, window_id, json_files, avro_files)
+    keys = table_keys(plan.source, options)
+    results = read_events(spark, stream, window_id, json_files, avro_files, keys)
     results.persist(StorageLevel.MEMORY_AND_DISK)
 
     tally = results.mapPartitions(_tally).collect()
     per_file: dict[str, int] = {}
-    for files_seen, _, _, _ in tally:
+    for files_seen, *_ in tally:
         for path, number in files_seen.items():
             per_file[path] = per_file.get(path, 0) + number
     events = sum(t[1] for t in tally)
     dead_letters = sum(t[2] for t in tally)
     newest_ms = max((t[3] for t in tally if t[3] is not None), default=None)
+    rowid_keyed_tables = sorted(set().union(*(t[4] for t in tally)))
     rows = results.filter(lambda r: r[0] == "row")
     unique = rows.keyBy(lambda r: r[1][_EVENT_INDEX]).reduceByKey(_first_by_uuid).values()
     frame = spark.createDataFrame(unique.map(lambda r: r[1]), changelog_schema())
@@ -281,6 +296,7 @@ def extract_datastream_window(spark, plan: WindowPlanFile, outcome_path: str) ->
         "dead_letters": dead_letters,
         "files": len(files),
         "idle_declared": 1 if idle else 0,
+        "rowid_keyed_tables": rowid_keyed_tables,
     }
     outcome = WindowOutcomeFile(
         window_id=window_id,

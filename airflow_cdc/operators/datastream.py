@@ -5,10 +5,12 @@ for one Datastream destination prefix (GCS or, for development, a local folder):
 
 * plan lists the prefix (GCSHook with ``gcp_conn_id``) and records every settled file not
   consumed yet as a partition of the window: late files go to the next window, a re-run
-  reads exactly the recorded files;
+  reads exactly the recorded files; with ``key_columns_conn_id`` it also looks up the
+  primary keys of the source tables (kept in the plan file for re-runs);
 * extract runs ``spark_jobs/datastream_extract.py`` (JSON reader, spark-avro or fastavro,
   uuid de-duplication, dead letters);
-* commit records the outcome with Datastream's counts;
+* commit records the outcome with Datastream's counts, among them ``rowid_keyed_tables``:
+  the tables keyed by Oracle ROWID because no key was declared or found;
 * apply is the shared apply job;
 * the gate opens when an event read after the window end plus the allowed lateness was seen,
   or, with ``idle_timeout``, when an idle source is declared complete (then the window row's
@@ -36,6 +38,12 @@ from airflow_cdc.operators.window import (
 from airflow_cdc.pipeline.protocol import StreamConfig
 from airflow_cdc.sensors.gate import CdcWindowCompleteSensor
 from airflow_cdc.sources.datastream import SOURCE_KIND
+from airflow_cdc.sources.datastream.events import object_identifier
+from airflow_cdc.sources.datastream.keys import (
+    SOURCE_PRIMARY_KEYS_OPTION,
+    declared_key_columns,
+    tables_to_look_up,
+)
 from airflow_cdc.sources.datastream.progress import DEFAULT_ALLOWED_LATENESS
 from airflow_cdc.spark.iceberg import IcebergCatalog
 
@@ -48,18 +56,27 @@ def datastream_stream_config(
     prefix: str,
     namespace: str = "cdc",
     work_root: str = "",
+    key_columns: Mapping[str, Sequence[str]] | None = None,
 ) -> StreamConfig:
-    """The stream config of one Datastream destination prefix (validated at parse time)."""
+    """The stream config of one Datastream destination prefix (validated at parse time).
+
+    ``key_columns`` (validated by :func:`declared_key_columns`) ride in the source spec, keyed
+    by table identifier; a stream without them keeps the spec, so the fingerprint, it had.
+    """
     validate_identifier("stream id", stream_id)
     if not prefix or not isinstance(prefix, str):
         raise ValueError(
             f"Datastream prefix {prefix!r} of stream {stream_id!r} is empty: give the "
             f"gs://bucket/path Datastream writes to (or a local folder for development)"
         )
+    spec = {"kind": SOURCE_KIND, "stream_id": stream_id, "prefix": prefix}
+    declared = declared_key_columns(key_columns)
+    if declared:
+        spec["key_columns"] = declared
     return StreamConfig(
         stream_id=stream_id,
         source_kind=SOURCE_KIND,
-        source_spec={"kind": SOURCE_KIND, "stream_id": stream_id, "prefix": prefix},
+        source_spec=spec,
         namespace=namespace,
         work_root=work_root,
     )
@@ -149,9 +166,13 @@ class DatastreamPlanOperator(CdcPlanOperator):
     ``allowed_lateness`` has landed in a settled file (or the stream's progress already
     covers the window, or ``idle_timeout`` passed): the window then reads that evidence and
     its gate opens as soon as apply commits.
+
+    With ``key_columns_conn_id`` (a connection to the source database) the primary keys of
+    ``source_tables`` without declared key columns are looked up when the window is first
+    planned; a table without a primary key stays keyless (Oracle: keyed by ROWID).
     """
 
-    template_fields = ("gcp_conn_id",)
+    template_fields = ("gcp_conn_id", "key_columns_conn_id")
 
     def __init__(
         self,
@@ -161,9 +182,16 @@ class DatastreamPlanOperator(CdcPlanOperator):
         settle_seconds: float = 60,
         allowed_lateness: timedelta | float = DEFAULT_ALLOWED_LATENESS,
         idle_timeout: timedelta | float | None = None,
+        key_columns_conn_id: str | None = None,
+        source_tables: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.key_columns_conn_id = key_columns_conn_id
+        self.key_lookup_tables = (
+            tables_to_look_up(source_tables, self.stream.source_spec.get("key_columns") or {})
+            if key_columns_conn_id else []
+        )
         self.gcp_conn_id = gcp_conn_id
         self.impersonation_chain = impersonation_chain
         self.settle_seconds = _seconds("settle_seconds", settle_seconds)
@@ -212,6 +240,7 @@ class DatastreamPlanOperator(CdcPlanOperator):
             self.iceberg_catalog.name,
             timedelta(seconds=self.allowed_lateness_seconds),
             None if self.idle_timeout_seconds is None else timedelta(seconds=self.idle_timeout_seconds),
+            self.look_up_primary_keys if self.key_lookup_tables else None,
         ))
         return {
             "window_id": window.window_id,
@@ -219,6 +248,25 @@ class DatastreamPlanOperator(CdcPlanOperator):
             "files": len(plan.positions) - 1,
             "listed": len(listed),
             "unsettled": len(listed) - len(files),
+            SOURCE_PRIMARY_KEYS_OPTION: plan.options.get(SOURCE_PRIMARY_KEYS_OPTION, {}),
+        }
+
+    def look_up_primary_keys(self) -> dict[str, list[str]]:
+        """{table identifier: primary-key columns} of the source tables that have one."""
+        from airflow_cdc.hooks.source_keys import SourcePrimaryKeyHook
+
+        found = SourcePrimaryKeyHook(self.key_columns_conn_id).primary_keys(self.key_lookup_tables)
+        keyless = sorted(f"{schema}.{table}" for (schema, table), columns in found.items() if not columns)
+        if keyless:
+            self.log.warning(
+                "source tables without a primary key in %s: %s; their events are keyed by "
+                "Oracle ROWID (other sources refuse them): declare key_columns for them if "
+                "they have a unique key", self.key_columns_conn_id, keyless,
+            )
+        return {
+            object_identifier(f"{schema}.{table}"): columns
+            for (schema, table), columns in found.items()
+            if columns
         }
 
 
@@ -239,8 +287,16 @@ class DatastreamCommitOperator(CdcCommitWindowOperator):
             self.state_store(), self.stream_config, window, run_owner(context), self.lease_seconds
         )
         counts = dict(record.counts or {})
+        if counts.get("rowid_keyed_tables"):
+            self.log.warning(
+                "window %s keyed tables %s by Oracle ROWID: no key columns were declared or "
+                "found for them, and a row that moves gets a new ROWID (a new target row); "
+                "declare key_columns or give key_columns_conn_id if they have a key",
+                window.window_id, counts["rowid_keyed_tables"],
+            )
         return {**window_summary(record), **{k: counts.get(k) for k in (
-            "events", "duplicates", "dead_letters", "files", "idle_declared")}}
+            "events", "duplicates", "dead_letters", "files", "idle_declared",
+            "rowid_keyed_tables")}}
 
 
 class DatastreamWindowCompleteSensor(CdcWindowCompleteSensor):
@@ -280,6 +336,8 @@ def DatastreamPipeline(  # noqa: N802 - a factory named like the group it makes
     deferrable: bool | None = None,
     source_tables: Sequence[str] | None = None,
     wait_poke_interval: float = 15,
+    key_columns: Mapping[str, Sequence[str]] | None = None,
+    key_columns_conn_id: str | None = None,
     dag=None,
 ) -> TaskGroup:
     """One Datastream prefix into Iceberg: plan >> extract >> commit >> apply >> gate.
@@ -291,8 +349,19 @@ def DatastreamPipeline(  # noqa: N802 - a factory named like the group it makes
     opens about ``allowed_lateness + settle_seconds`` plus the Spark jobs' run time after
     the window end.
 
-    ``source_tables`` are the Datastream objects as identifiers (``shop.orders`` ->
-    ``shop_orders``); they become the gate's Assets, like the Spanner pipeline's.
+    ``source_tables`` are the Datastream objects, named as Datastream names them
+    (``HR.EMPLOYEES``) or as identifiers (``HR_EMPLOYEES``); their identifier forms become
+    the gate's Assets, like the Spanner pipeline's.
+
+    Keys: ``key_columns`` declares the key columns of tables, e.g.
+    ``{"HR.EMPLOYEES": ["EMPLOYEE_ID"]}`` (either name form). ``key_columns_conn_id`` is an
+    Airflow connection to the source database: each window's plan looks up the primary key
+    of every source table without declared keys (those must then be named
+    ``SCHEMA.TABLE``). An event's key is, first that applies: declared or looked-up key
+    columns, Datastream's ``primary_keys``, SQL Server's ``replication_index``, Oracle's
+    ROWID (only for a table with none of these; the commit step names such tables in
+    ``rowid_keyed_tables``). Changing ``key_columns`` changes the stream's fingerprint:
+    existing targets are keyed by the old columns, so the stream must be reset.
     """
     from airflow.sdk.definitions._internal.contextmanager import DagContext
 
@@ -300,8 +369,22 @@ def DatastreamPipeline(  # noqa: N802 - a factory named like the group it makes
 
     refuse_zero_width_schedule(dag or DagContext.get_current())
     stream = datastream_stream_config(
-        stream_id=stream_id, prefix=prefix, namespace=namespace, work_root=work_root
+        stream_id=stream_id, prefix=prefix, namespace=namespace, work_root=work_root,
+        key_columns=key_columns,
     )
+    if key_columns_conn_id is not None:
+        if not key_columns_conn_id or not isinstance(key_columns_conn_id, str):
+            raise ValueError(
+                f"key_columns_conn_id {key_columns_conn_id!r} of stream {stream_id!r} is not a "
+                f"connection id: give the id of an Airflow connection to the source database"
+            )
+        if not source_tables:
+            raise ValueError(
+                f"key_columns_conn_id {key_columns_conn_id!r} of stream {stream_id!r} looks up "
+                f"the primary keys of source_tables, but none are given: list them as "
+                f"SCHEMA.TABLE (e.g. source_tables=['HR.EMPLOYEES'])"
+            )
+        tables_to_look_up(source_tables, stream.source_spec.get("key_columns") or {})
     steps = ProtocolSteps(
         plan=DatastreamPlanOperator,
         extract=DatastreamExtractOperator,
@@ -316,6 +399,8 @@ def DatastreamPipeline(  # noqa: N802 - a factory named like the group it makes
             "deferrable": deferrable,
             "wait_poke_interval": wait_poke_interval,
             "wait_timeout": gate_timeout,
+            "key_columns_conn_id": key_columns_conn_id,
+            "source_tables": source_tables,
         },
     )
     return protocol_group(
@@ -334,6 +419,6 @@ def DatastreamPipeline(  # noqa: N802 - a factory named like the group it makes
         gate_timeout=gate_timeout,
         gate_soft_fail=gate_soft_fail,
         deferrable=deferrable,
-        source_tables=source_tables,
+        source_tables=[object_identifier(t) for t in source_tables or ()] or None,
         dag=dag,
     )

@@ -14,10 +14,29 @@ Ordering (seed 001, "順序と整合性"), encoded with :func:`airflow_cdc.model
 * Oracle: scn, then rs_id (its three hexadecimal parts as numbers), then ssn;
 * PostgreSQL and SQL Server: source_timestamp, then the LSN compared as numbers
   (``16/B374D848`` and ``00000027:00000ac0:0002`` as integers, never as text);
+* then the change type: UPDATE-DELETE ranks before every other change at the same source
+  position (see "Row moves" below);
 * the event uuid last, so two different events never tie.
 
 Deletes come from ``is_deleted``. Change types INSERT, UPDATE, UPDATE-INSERT, UPDATE-DELETE
 and DELETE (UPDATE-DELETE is the old image of a key-changing update: a delete of that key).
+
+Keys, first that applies: the table's key columns given by the pipeline (declared, or looked
+up from the source database's primary key at plan time), keyed by the table's identifier
+(:func:`object_identifier`); ``source_metadata.primary_keys``; SQL Server's
+``replication_index``; for Oracle only, the ``row_id`` (Datastream's Oracle metadata has no
+primary_keys, so a ROWID is the key only of a table that truly has none; a row whose ROWID
+changes is then a different row). A declared key column missing from a payload makes the
+event a dead letter. The changelog's source metadata says which rule gave the key
+(``keyed_by``).
+
+Row moves: Oracle logs a row that changes ROWID (partition-key update with row movement, a
+table shrink) as an UPDATE-DELETE of the old ROWID and an UPDATE-INSERT of the new one at the
+same SCN, possibly with the same rs_id and ssn; MySQL logs a key-changing update (or a swap
+of keys in one statement) as such pairs at one log position. Under a real key both events
+can have the same key: the delete ranks first, so the row keeps the inserted image instead
+of vanishing on a uuid tie-break. Under ROWID keys the pair addresses two rows: the old one
+is deleted, the new one inserted.
 """
 
 from __future__ import annotations
@@ -25,6 +44,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+from collections.abc import Mapping, Sequence
 from datetime import date, datetime, timezone
 from decimal import Decimal
 
@@ -132,30 +152,38 @@ def _int(name: str, value: object) -> int:
         raise MalformedEventError(f"{name} {value!r} is not an integer") from None
 
 
+def change_rank(event: dict) -> int:
+    """0 for an UPDATE-DELETE, 1 for any other change: the old image of a pair goes first."""
+    change_type = str((event.get("source_metadata") or {}).get("change_type") or "").upper()
+    return 0 if change_type == "UPDATE-DELETE" else 1
+
+
 def ordering_key(event: dict) -> bytes:
     """Bytes that sort like the source's order of ``event`` (see the module docstring)."""
     meta = event.get("source_metadata") or {}
     uuid = str(event.get("uuid"))
+    rank = change_rank(event)
     source_ts = parse_event_time("source_timestamp", event.get("source_timestamp"))
     if is_backfill(event.get("read_method", "")):
         read_ts = parse_event_time("read_timestamp", event.get("read_timestamp"))
-        return encode_ordering_key(0, source_ts, read_ts, uuid)
+        return encode_ordering_key(0, source_ts, read_ts, rank, uuid)
     kind = source_database(event.get("read_method", ""))
     if kind == "mysql":
         stem, number = _log_file_parts(meta.get("log_file"))
         return encode_ordering_key(
-            1, stem, number, _int("log_position", meta.get("log_position")), uuid
+            1, stem, number, _int("log_position", meta.get("log_position")), rank, uuid
         )
     if kind == "oracle":
         scn = meta.get("scn")
         parts = (None if scn is None else _int("scn", scn),)
         return encode_ordering_key(
-            1, *parts, *rs_id_number(meta.get("rs_id")), _int("ssn", meta.get("ssn") or 0), uuid
+            1, *parts, *rs_id_number(meta.get("rs_id")), _int("ssn", meta.get("ssn") or 0),
+            rank, uuid,
         )
     lsn = meta.get("lsn")
     if lsn is None:
         raise MalformedEventError(f"{kind} CDC event {uuid} has no source_metadata.lsn")
-    return encode_ordering_key(1, source_ts, *lsn_number(lsn), uuid)
+    return encode_ordering_key(1, source_ts, *lsn_number(lsn), rank, uuid)
 
 
 def normalize_value(value: object) -> object:
@@ -189,29 +217,43 @@ def value_type(value: object) -> str:
     return "STRING"
 
 
+def object_identifier(name: str) -> str:
+    """A Datastream object name as an identifier (``shop.orders`` -> ``shop_orders``)."""
+    cleaned = _NOT_IDENTIFIER.sub("_", name)
+    return cleaned if not cleaned[:1].isdigit() else f"t_{cleaned}"
+
+
 def source_table_name(event: dict) -> str:
     """The event's ``object`` as an identifier (``shop.orders`` -> ``shop_orders``)."""
     name = str(event.get("object") or "")
     if not name:
         raise MalformedEventError("event has no object: Datastream names the source table there")
-    cleaned = _NOT_IDENTIFIER.sub("_", name)
-    return cleaned if not cleaned[0].isdigit() else f"t_{cleaned}"
+    return object_identifier(name)
 
 
-def key_columns(event: dict, kind: str) -> list[str]:
+def key_columns(
+    event: dict, kind: str, table_keys: Mapping[str, Sequence[str]] | None = None
+) -> tuple[list[str], str]:
+    """The event's key columns and the rule that gave them (module docstring, "Keys").
+
+    ``table_keys`` maps table identifiers to the pipeline's key columns for them.
+    """
+    given = (table_keys or {}).get(source_table_name(event))
+    if given:
+        return [str(k) for k in given], "declared"
     meta = event.get("source_metadata") or {}
-    keys = meta.get("primary_keys") or []
-    if not keys and kind == "sqlserver":
-        keys = meta.get("replication_index") or []
-    if not keys and kind == "oracle":
-        return [ORACLE_ROW_ID_COLUMN]
-    if not keys:
-        raise MalformedEventError(
-            f"table {event.get('object')!r} ({kind}) has no primary key in "
-            f"source_metadata.primary_keys: Datastream leaves it empty for tables without one; "
-            f"add a primary key to the source table (only Oracle tables fall back to row_id)"
-        )
-    return [str(k) for k in keys]
+    if meta.get("primary_keys"):
+        return [str(k) for k in meta["primary_keys"]], "primary_keys"
+    if kind == "sqlserver" and meta.get("replication_index"):
+        return [str(k) for k in meta["replication_index"]], "replication_index"
+    if kind == "oracle":
+        return [ORACLE_ROW_ID_COLUMN], ORACLE_ROW_ID_COLUMN
+    raise MalformedEventError(
+        f"table {event.get('object')!r} ({kind}) has no primary key in "
+        f"source_metadata.primary_keys: Datastream leaves it empty for tables without one; "
+        f"add a primary key to the source table or declare its key columns "
+        f"(DatastreamPipeline key_columns={{{str(event.get('object'))!r}: [...]}})"
+    )
 
 
 def event_op(event: dict) -> Op:
@@ -231,8 +273,17 @@ def event_op(event: dict) -> Op:
     return Op.INSERT
 
 
-def event_to_change_row(event: dict, stream: str, window_id: str, partition_id: str) -> ChangeRow:
-    """The changelog row of one event; :class:`MalformedEventError` names what is missing."""
+def event_to_change_row(
+    event: dict,
+    stream: str,
+    window_id: str,
+    partition_id: str,
+    table_keys: Mapping[str, Sequence[str]] | None = None,
+) -> ChangeRow:
+    """The changelog row of one event; :class:`MalformedEventError` names what is missing.
+
+    ``table_keys``: the pipeline's key columns per table identifier (see :func:`key_columns`).
+    """
     if not isinstance(event, dict):
         raise MalformedEventError(f"event is a {type(event).__name__}, not an object")
     uuid = event.get("uuid")
@@ -246,14 +297,21 @@ def event_to_change_row(event: dict, stream: str, window_id: str, partition_id: 
         raise MalformedEventError(f"event {uuid} has no source_metadata object")
     kind = source_database(event.get("read_method", ""))
     values = {k: normalize_value(v) for k, v in payload.items() if v is not None}
-    if kind == "oracle" and not (meta.get("primary_keys")):
+    names, keyed_by = key_columns(event, kind, table_keys)
+    if keyed_by == ORACLE_ROW_ID_COLUMN:
         if not meta.get("row_id"):
             raise MalformedEventError(
                 f"Oracle event {uuid} of keyless table {event.get('object')!r} has no row_id"
             )
         values[ORACLE_ROW_ID_COLUMN] = str(meta["row_id"])
-    names = key_columns(event, kind)
     missing = [n for n in names if n not in values]
+    if missing and keyed_by == "declared":
+        raise MalformedEventError(
+            f"event {uuid} of table {source_table_name(event)!r} (object "
+            f"{event.get('object')!r}) lacks its declared key column(s) {missing} (or they are "
+            f"null); its columns are {sorted(values)}: fix key_columns of the pipeline for "
+            f"this table"
+        )
     if missing:
         raise MalformedEventError(
             f"event {uuid} of {event.get('object')!r}: payload lacks key column(s) {missing}"
@@ -265,6 +323,7 @@ def event_to_change_row(event: dict, stream: str, window_id: str, partition_id: 
         parse_event_time("source_timestamp", event.get("source_timestamp"))
     )
     metadata["source_database"] = kind
+    metadata["keyed_by"] = keyed_by
     # Avro records carry every field of their schema (None when unset), JSON only those set.
     metadata["source_metadata"] = {k: normalize_value(v) for k, v in meta.items() if v is not None}
     return ChangeRow(
