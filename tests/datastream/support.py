@@ -101,8 +101,13 @@ class Run:
 
 def run_extract(spark, namespace: str, work: Path, win: Window, files: list[Path],
                 progress_start: datetime | None = None, planned_at: datetime | None = None,
-                lateness_seconds: float = 300, idle_timeout_seconds: float | None = None) -> Run:
-    """Plan ``files`` (plus the progress partition) and run the extract job on them."""
+                lateness_seconds: float = 300, idle_timeout_seconds: float | None = None,
+                key_columns: dict | None = None) -> Run:
+    """Plan ``files`` (plus the progress partition) and run the extract job on them.
+
+    ``key_columns`` are declared as ``DatastreamPipeline(key_columns=...)`` declares them.
+    """
+    from airflow_cdc.sources.datastream.keys import declared_key_columns
     from spark_jobs.datastream_extract import extract_datastream_window
 
     positions = [
@@ -113,7 +118,7 @@ def run_extract(spark, namespace: str, work: Path, win: Window, files: list[Path
         window=win,
         positions=tuple(positions),
         pending_children=(),
-        source={"kind": "datastream"},
+        source={"kind": "datastream", "key_columns": declared_key_columns(key_columns)},
         changelog_table=f"lake.{namespace}.{STREAM}_changelog",
         options={
             "planned_at": format_ts(planned_at or win.end),

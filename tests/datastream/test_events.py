@@ -117,6 +117,7 @@ def test_oracle_table_without_key_is_keyed_by_row_id():
 
     assert result.keys == {"row_id": "AAAGYPAATAAPIC5AAB"}
     assert result.new_values == {"FIELD1": "foo", "row_id": "AAAGYPAATAAPIC5AAB"}
+    assert result.source_metadata["keyed_by"] == "row_id"
 
 
 def test_mysql_table_without_primary_key_is_refused_naming_the_table():
@@ -139,3 +140,64 @@ def test_unknown_read_method_is_refused_with_the_supported_prefixes():
 
     with pytest.raises(MalformedEventError, match="'db2-cdc'.*mysql-, oracle-"):
         row(event)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda change, uuid, **kw: mysql({"id": 1}, pos=40, change=change, uuid=uuid, **kw),
+        lambda change, uuid, **kw: oracle({"ID": 1}, scn=9, ssn=2, change=change, uuid=uuid,
+                                          keys=("ID",), **kw),
+        lambda change, uuid, **kw: postgres({"id": 1}, lsn="0/40", change=change, uuid=uuid, **kw),
+        lambda change, uuid, **kw: sqlserver({"id": 1}, change=change, uuid=uuid, **kw),
+    ],
+    ids=["mysql", "oracle", "postgresql", "sqlserver"],
+)
+def test_update_delete_ranks_before_other_changes_at_the_same_source_position(make):
+    # The uuids alone would put the delete last.
+    delete = make("UPDATE-DELETE", "z-delete", deleted=True)
+    insert = make("UPDATE-INSERT", "a-insert")
+    update = make("UPDATE", "b-update")
+
+    assert in_order(insert, update, delete) == ["z-delete", "a-insert", "b-update"]
+
+
+def test_update_delete_at_a_later_source_position_still_ranks_after_earlier_changes():
+    insert = oracle({"ID": 1}, scn=9, change="UPDATE-INSERT", uuid="a", keys=("ID",))
+    later_delete = oracle({"ID": 1}, scn=10, change="UPDATE-DELETE", deleted=True, uuid="b",
+                          keys=("ID",))
+
+    assert in_order(later_delete, insert) == ["a", "b"]
+
+
+def test_declared_key_columns_rank_before_primary_keys_metadata():
+    event = postgres({"tenant": "t1", "id": 3}, keys=("id",), obj="public_customers")
+
+    result = event_to_change_row(event, "shop", "w", "f", {"public_customers": ["tenant", "id"]})
+
+    assert result.keys == {"tenant": "t1", "id": 3}
+    assert result.source_metadata["keyed_by"] == "declared"
+
+
+def test_declared_key_of_an_oracle_table_replaces_the_row_id():
+    event = oracle({"EMPLOYEE_ID": 7, "NAME": "Ann"}, obj="HR.EMPLOYEES", row_id="AAAGYPAATAAPIC5AAB")
+
+    result = event_to_change_row(event, "shop", "w", "f", {"HR_EMPLOYEES": ["EMPLOYEE_ID"]})
+
+    assert result.keys == {"EMPLOYEE_ID": 7}
+    assert "row_id" not in result.new_values
+
+
+def test_sqlserver_table_is_keyed_by_its_replication_index():
+    result = row(sqlserver({"id": 4, "sku": "x"}, keys=("sku",)))
+
+    assert result.keys == {"sku": "x"}
+    assert result.source_metadata["keyed_by"] == "replication_index"
+
+
+def test_declared_key_columns_missing_from_the_payload_are_refused_naming_table_and_columns():
+    event = oracle({"NAME": "Ann"}, obj="HR.EMPLOYEES")
+
+    with pytest.raises(MalformedEventError,
+                       match=r"table 'HR_EMPLOYEES'.*declared key column\(s\) \['EMPLOYEE_ID'\]"):
+        event_to_change_row(event, "shop", "w", "f", {"HR_EMPLOYEES": ["EMPLOYEE_ID"]})

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from airflow_cdc.model import InvalidIdentifierError, validate_identifier
+from airflow_cdc.model import validate_identifier
 from airflow_cdc.sources.datastream.events import object_identifier
 
 # Plan file option: {table identifier: [columns]} found in the source database at plan time.
@@ -49,12 +49,7 @@ def declared_key_columns(key_columns: Mapping[str, Sequence[str]] | None) -> dic
                 f"key_columns[{table!r}] is {columns!r}: give a non-empty list of column "
                 f"names, e.g. ['EMPLOYEE_ID']"
             )
-        names = []
-        for column in columns:
-            try:
-                names.append(validate_identifier(f"key column of table {table!r}", column))
-            except InvalidIdentifierError as error:
-                raise InvalidIdentifierError(f"key_columns[{table!r}]: {error}") from None
+        names = [validate_identifier(f"key_columns[{table!r}] column", c) for c in columns]
         if len(set(names)) != len(names):
             raise ValueError(
                 f"key_columns[{table!r}] is {list(columns)!r}: a column appears twice; name "
