@@ -101,6 +101,7 @@ class LiveWriter:
         self.held: list[tuple[datetime, str, list[dict]]] = []  # files landing late
         self.beats = 0
         self.files = 0
+        self.last_read = datetime.now(timezone.utc) - timedelta(seconds=file_seconds)
 
     def _uuid(self) -> str:
         return str(uuidlib.UUID(int=self.rng.getrandbits(128), version=4))
@@ -108,7 +109,9 @@ class LiveWriter:
     def _event(self, table: str, row: dict, change: str, read: datetime) -> dict:
         from airflow_cdc.demo.datastream import datastream_event
 
-        when = read - timedelta(milliseconds=self.rng.randint(5, 900))
+        # Changes are read in log order, a fixed moment after they commit: PostgreSQL's
+        # events order by source_timestamp before the LSN, so both must grow together.
+        when = read - timedelta(milliseconds=300)
         return datastream_event(table, row, change, when, read, self.positions, self.rng,
                                 self._uuid())
 
@@ -135,8 +138,13 @@ class LiveWriter:
         batches: dict[str, list[dict]] = {}
         frozen = now >= self.freeze_at
         if not frozen:
-            for _ in range(self.rng.randint(2, 6)):
-                read = now - timedelta(seconds=self.rng.uniform(0, self.file_seconds))
+            since = max(self.last_read, now - timedelta(seconds=self.file_seconds))
+            span = (now - since).total_seconds()
+            reads = sorted(since + timedelta(seconds=self.rng.uniform(0, span))
+                           for _ in range(self.rng.randint(2, 6)))
+            for read in reads:
+                read = max(read, self.last_read + timedelta(milliseconds=1))
+                self.last_read = read
                 table, event = self._business_change(read)
                 batches.setdefault(table, []).append(event)
                 self.sent.append(event)
@@ -144,8 +152,10 @@ class LiveWriter:
                 again = self.rng.choice(self.sent[-40:])
                 batches.setdefault(again["object"], []).append(again)
         self.beats += 1
+        self.last_read = max(now, self.last_read + timedelta(milliseconds=1))
         beat = {"id": 1, "beat": self.beats, "at": now.isoformat()}
-        batches.setdefault(HEARTBEAT_TABLE, []).append(self._event(HEARTBEAT_TABLE, beat, "UPDATE", now))
+        batches.setdefault(HEARTBEAT_TABLE, []).append(
+            self._event(HEARTBEAT_TABLE, beat, "UPDATE", self.last_read))
         for table, events in sorted(batches.items()):
             self.rng.shuffle(events)
             if not frozen and table != HEARTBEAT_TABLE and self.rng.random() < 0.1:

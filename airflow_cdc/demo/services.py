@@ -36,8 +36,13 @@ class AirflowServices:
         self.logs.mkdir(parents=True, exist_ok=True)
         api_port = free_port()
         self.db = base / "home" / "airflow.db"
+        # Its own configuration only: none of the caller's Airflow settings or connections.
+        inherited = {
+            k: v for k, v in os.environ.items()
+            if not k.startswith(("AIRFLOW__", "AIRFLOW_CONN_", "AIRFLOW_VAR_"))
+        }
         self.env = {
-            **os.environ,
+            **inherited,
             "AIRFLOW_HOME": str(base / "home"),
             "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
