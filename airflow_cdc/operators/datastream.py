@@ -6,7 +6,8 @@ for one Datastream destination prefix (GCS or, for development, a local folder):
 * plan lists the prefix (GCSHook with ``gcp_conn_id``) and records every settled file not
   consumed yet as a partition of the window: late files go to the next window, a re-run
   reads exactly the recorded files;
-* extract runs ``spark_jobs/datastream_extract.py`` (JSON reader, spark-avro or fastavro,
+* extract runs ``spark_jobs/datastream_extract.py`` (JSON lines with exact decimals, Avro
+  through fastavro with the schema's column types, ``column_types`` declared per table,
   uuid de-duplication, dead letters);
 * commit records the outcome with Datastream's counts;
 * apply is the shared apply job;
@@ -36,6 +37,7 @@ from airflow_cdc.pipeline.protocol import StreamConfig
 from airflow_cdc.sensors.gate import CdcWindowCompleteSensor
 from airflow_cdc.sources.datastream import SOURCE_KIND
 from airflow_cdc.sources.datastream.progress import DEFAULT_ALLOWED_LATENESS
+from airflow_cdc.sources.datastream.types import declared_column_types
 from airflow_cdc.spark.iceberg import IcebergCatalog
 
 IDLE_NOTE = "idle-timeout"
@@ -47,18 +49,27 @@ def datastream_stream_config(
     prefix: str,
     namespace: str = "cdc",
     work_root: str = "",
+    column_types: Mapping[str, Mapping[str, str]] | None = None,
 ) -> StreamConfig:
-    """The stream config of one Datastream destination prefix (validated at parse time)."""
+    """The stream config of one Datastream destination prefix (validated at parse time).
+
+    ``column_types`` declares payload column types per source table (see
+    :mod:`airflow_cdc.sources.datastream.types`); the extract job reads it from the plan.
+    """
     validate_identifier("stream id", stream_id)
     if not prefix or not isinstance(prefix, str):
         raise ValueError(
             f"Datastream prefix {prefix!r} of stream {stream_id!r} is empty: give the "
             f"gs://bucket/path Datastream writes to (or a local folder for development)"
         )
+    spec: dict = {"kind": SOURCE_KIND, "stream_id": stream_id, "prefix": prefix}
+    if column_types:
+        declared_column_types(column_types, stream_id)  # refuse a bad mapping when the DAG is parsed
+        spec["column_types"] = {str(t): dict(c) for t, c in column_types.items()}
     return StreamConfig(
         stream_id=stream_id,
         source_kind=SOURCE_KIND,
-        source_spec={"kind": SOURCE_KIND, "stream_id": stream_id, "prefix": prefix},
+        source_spec=spec,
         namespace=namespace,
         work_root=work_root,
     )
@@ -185,12 +196,21 @@ def DatastreamPipeline(  # noqa: N802 - a factory named like the group it makes
     gate_soft_fail: bool = False,
     deferrable: bool | None = None,
     source_tables: Sequence[str] | None = None,
+    column_types: Mapping[str, Mapping[str, str]] | None = None,
     dag=None,
 ) -> TaskGroup:
     """One Datastream prefix into Iceberg: plan >> extract >> commit >> apply >> gate.
 
     ``source_tables`` are the Datastream objects as identifiers (``shop.orders`` ->
     ``shop_orders``); they become the gate's Assets, like the Spanner pipeline's.
+
+    ``column_types`` types payload columns per source table, by the table's Datastream
+    object name or its identifier form:
+    ``{"shop.orders": {"amount": "DECIMAL(10,2)", "placed_at": "DATETIME", "birthday": "DATE",
+    "paid_at": "TIMESTAMP"}}``. JSON payloads need it for dates, times and exact decimals
+    (JSON has none); a declared type also wins over the Avro schema's. Undeclared JSON
+    columns are typed from their values (a fractional number as NUMERIC(38,<its scale>)).
+    A value that does not fit its column's type is dead-lettered with the reason.
     """
     from airflow.sdk.definitions._internal.contextmanager import DagContext
 
@@ -198,7 +218,8 @@ def DatastreamPipeline(  # noqa: N802 - a factory named like the group it makes
 
     refuse_zero_width_schedule(dag or DagContext.get_current())
     stream = datastream_stream_config(
-        stream_id=stream_id, prefix=prefix, namespace=namespace, work_root=work_root
+        stream_id=stream_id, prefix=prefix, namespace=namespace, work_root=work_root,
+        column_types=column_types,
     )
     steps = ProtocolSteps(
         plan=DatastreamPlanOperator,
