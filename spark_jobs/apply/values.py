@@ -113,7 +113,7 @@ def _within_scale(raw: str, scale: int) -> str:
     Plain text (``20.50``, how the changelog writes decimals) is tested by one precompiled
     pattern: at most ``scale`` fraction digits, then only zeros. A text with an exponent
     (``2.5E-3``, a float's JSON) needs fraction digits - exponent - trailing zeros of its
-    digits <= ``scale``; any other text fails the cast itself.
+    digits <= ``scale``. Any other text is not a decimal number.
     """
     plain = rf"^\s*[+-]?[0-9]*([.][0-9]{{0,{scale}}}0*)?\s*$"
     groups = [f"regexp_extract({raw}, {string(_EXPONENT_FORM)}, {i})" for i in (1, 2, 3)]
@@ -123,7 +123,7 @@ def _within_scale(raw: str, scale: int) -> str:
     return (
         f"(CASE WHEN {raw} RLIKE {string(plain)} THEN true "
         f"WHEN {raw} RLIKE {string(_EXPONENT_FORM)} THEN ({needed} <= {scale} OR {significant} RLIKE '^0*$') "
-        f"ELSE true END)"
+        f"ELSE false END)"
     )
 
 
