@@ -14,6 +14,7 @@ import re
 import struct
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 
 UTC = timezone.utc
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
@@ -290,13 +291,16 @@ def value_text(value: object) -> str | None:
     """The changelog's text for one column value; apply types it from the column's type.
 
     Strings stay as they are; booleans are ``true``/``false``; numbers, lists and dicts are
-    their compact JSON (floats ``NaN``/``Infinity`` included); timestamps are
+    their compact JSON (floats ``NaN``/``Infinity`` included); decimals are their exact
+    fixed-point text, trailing zeros kept (``20.00``), inside JSON too; timestamps are
     :func:`format_ts` text; bytes are base64. None stays None (a column set to NULL).
     """
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, Decimal):
+        return decimal_text(value)
     if isinstance(value, (datetime, bytes, bytearray)):
         return _json_default(value)  # the same text they have inside JSON
     return _dumps(value)
@@ -385,14 +389,47 @@ def change_row_from_json_line(line: str) -> ChangeRow:
     )
 
 
+def decimal_text(value: Decimal) -> str:
+    """A decimal's exact text without an exponent (``20.00``, ``0.00000015``, ``1000``)."""
+    return format(value, "f")
+
+
+class _HoldsDecimal(Exception):
+    pass
+
+
 def _dumps(value: object) -> str:
     import json
 
     # sort_keys: the same row always gives the same text, so re-runs write identical bytes.
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_json_default)
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), default=_json_default)
+    except _HoldsDecimal:
+        return _exact_dumps(value)
+
+
+def _exact_dumps(value: object) -> str:
+    """:func:`_dumps` text with decimals written as their exact number literals.
+
+    The json module can only write a decimal as a float (rounding it, dropping trailing
+    zeros) or as a string; values holding one (rare: JSON payloads parsed with exact
+    decimals) are written here, piece by piece, in the same compact sorted form.
+    """
+    import json
+
+    if isinstance(value, Decimal):
+        return decimal_text(value) if value.is_finite() else json.dumps(str(value))
+    if isinstance(value, dict):
+        items = sorted((str(k), v) for k, v in value.items())
+        return "{" + ",".join(f"{json.dumps(k)}:{_exact_dumps(v)}" for k, v in items) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_exact_dumps(v) for v in value) + "]"
+    return json.dumps(value, separators=(",", ":"), default=_json_default)
 
 
 def _json_default(value: object) -> object:
+    if isinstance(value, Decimal):
+        raise _HoldsDecimal
     if isinstance(value, datetime):
         return format_ts(value)
     if isinstance(value, (bytes, bytearray)):

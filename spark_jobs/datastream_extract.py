@@ -6,10 +6,12 @@ Usage (spark-submit): ``datastream_extract.py --plan <plan.json> --outcome <outc
 Procedure:
 1. If the changelog already has the commit tagged with this window, write nothing: restore
    the outcome file from that commit and stop (I1).
-2. Read the planned files: JSON lines through Spark's JSON reader; Avro through spark-avro
-   when the cluster has it, otherwise through fastavro inside the Spark tasks (pyspark ships
-   no spark-avro). Both give the same plain events, mapped by
-   :mod:`airflow_cdc.sources.datastream.events`.
+2. Read the planned files inside the Spark tasks: JSON lines as text, each parsed with exact
+   decimals (Spark's JSON reader would turn ``20.00`` into a double first); Avro through
+   fastavro, the payload's column types from each file's writer schema (spark-avro drops
+   the schema's logical types, and pyspark ships without it: one reader, one mapping). Both
+   give the same plain events, mapped by :mod:`airflow_cdc.sources.datastream.events`, with
+   the column types the pipeline declares (``column_types`` in the plan's source) first.
 3. Drop duplicates by uuid: within the window, and against every event id already in the
    changelog (Datastream delivers at least once, duplicates may come windows later).
 4. Malformed lines, files and events go to the stream's dead-letter table with the reason
@@ -27,6 +29,7 @@ from __future__ import annotations
 import io
 import json
 import sys
+from dataclasses import dataclass, field
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
@@ -34,20 +37,19 @@ from airflow_cdc.model import CHANGELOG_COLUMNS, PartitionOutcome, change_row_to
 from airflow_cdc.pipeline.files import WindowOutcomeFile, WindowPlanFile
 from airflow_cdc.sources.datastream import PROGRESS_PARTITION
 from airflow_cdc.sources.datastream.events import (
-    GENERIC_FIELDS,
     ORACLE_ROW_ID_COLUMN,
     MalformedEventError,
     event_to_change_row,
-    json_event,
+    json_line_event,
     normalize_value,
     parse_event_time,
 )
 from airflow_cdc.sources.datastream.keys import table_keys
 from airflow_cdc.sources.datastream.progress import idle_declared, progress_watermark
+from airflow_cdc.sources.datastream.types import AvroPayload, declared_column_types
 
 # Marks the extract job's dead-letter commit; apply tags its own with the window property.
 DEAD_LETTER_PROPERTY = "airflow-cdc.extract-dead-letters"
-CORRUPT_COLUMN = "_corrupt_record"
 _COLUMN_NAMES = [name for name, _ in CHANGELOG_COLUMNS]
 
 
@@ -59,11 +61,23 @@ def normal_path(path: str) -> str:
     return path
 
 
-def map_event(stream: str, window_id: str, partition_id: str, event, keys=None) -> tuple:
+@dataclass(frozen=True)
+class TableSettings:
+    """What the pipeline says per source table: key columns and declared column types."""
+
+    keys: dict = field(default_factory=dict)
+    types: dict = field(default_factory=dict)
+
+
+def map_event(stream: str, window_id: str, partition_id: str, event, tables: TableSettings,
+              schema_types=None) -> tuple:
     """("row", changelog tuple, read ms, ROWID-keyed table or None) or
-    ("dead", dead-letter tuple, read ms or None, None). ``keys``: key columns per table."""
+    ("dead", dead-letter tuple, read ms or None, None)."""
     try:
-        row = event_to_change_row(event, stream, window_id, partition_id, keys)
+        row = event_to_change_row(
+            event, stream, window_id, partition_id,
+            table_keys=tables.keys, declared_types=tables.types, schema_types=schema_types,
+        )
     except (MalformedEventError, TypeError, ValueError, KeyError, OverflowError) as error:
         return dead_letter(stream, window_id, partition_id, event, str(error))
     record = change_row_to_record(row)
@@ -92,76 +106,53 @@ def dead_letter(stream: str, window_id: str, partition_id: str, raw, reason: str
     return ("dead", tuple(record[n] for n in _COLUMN_NAMES) + (f"extract: {reason}",), read_ms, None)
 
 
-def json_line_results(stream: str, window_id: str, row, keys=None) -> tuple:
-    fields = row.asDict()
-    path = normal_path(fields.pop("_file"))
-    corrupt = fields.pop(CORRUPT_COLUMN, None)
-    if corrupt is not None:
-        return dead_letter(stream, window_id, path, corrupt, "line is not a JSON object")
+def json_line_results(stream: str, window_id: str, tables: TableSettings, row) -> tuple:
+    path = normal_path(row["_file"])
     try:
-        event = json_event(fields)
+        event = json_line_event(row["value"])
     except MalformedEventError as error:
-        return dead_letter(stream, window_id, path, fields, str(error))
-    return map_event(stream, window_id, path, event, keys)
+        return dead_letter(stream, window_id, path, row["value"], str(error))
+    return map_event(stream, window_id, path, event, tables)
 
 
-def avro_file_results(stream: str, window_id: str, path: str, content: bytes, keys=None) -> list[tuple]:
+def avro_file_results(stream: str, window_id: str, tables: TableSettings, path: str,
+                      content: bytes) -> list[tuple]:
     """Every event of one Avro file through fastavro; an unreadable file is one dead letter."""
     import fastavro
 
     path = normal_path(path)
     try:
-        records = list(fastavro.reader(io.BytesIO(content)))
+        reader = fastavro.reader(io.BytesIO(content))
+        payload = AvroPayload(reader.writer_schema)
+        records = list(reader)
     except Exception as error:  # noqa: BLE001 - any decoding failure makes the file a dead letter
         return [dead_letter(stream, window_id, path, f"<{len(content)} bytes of Avro>",
                             f"file is not readable Avro ({type(error).__name__}: {error})")]
-    return [map_event(stream, window_id, path, record, keys) for record in records]
-
-
-def spark_avro_available(spark) -> bool:
-    try:
-        spark.sparkContext._jvm.java.lang.Class.forName("org.apache.spark.sql.avro.AvroFileFormat")
-        return True
-    except Exception:  # noqa: BLE001 - py4j raises a generic error for a missing class
-        return False
-
-
-def json_schema():
-    from pyspark.sql import types as T
-
-    names = [*GENERIC_FIELDS, "source_metadata", "payload", CORRUPT_COLUMN]
-    return T.StructType([T.StructField(n, T.StringType()) for n in names])
+    results = []
+    for record in records:
+        if isinstance(record, dict) and "payload" in record:
+            record = {**record, "payload": payload.decode(record["payload"])}
+        results.append(map_event(stream, window_id, path, record, tables, payload.types))
+    return results
 
 
 def read_events(spark, stream: str, window_id: str, json_files: list[str], avro_files: list[str],
-                keys=None):
-    """An RDD of :func:`map_event` results for every event of the window's files."""
+                tables: TableSettings | None = None):
+    """An RDD of ("row" | "dead", tuple, read ms) for every event of the window's files."""
     from pyspark.sql import functions as F
 
     sc = spark.sparkContext
+    tables = tables or TableSettings()
     parts = []
     if json_files:
-        frame = (
-            spark.read.schema(json_schema())
-            .option("mode", "PERMISSIVE")
-            .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
-            .json(json_files)
-            .withColumn("_file", F.input_file_name())
+        lines = spark.read.text(json_files).withColumn("_file", F.input_file_name())
+        parts.append(
+            lines.rdd.filter(lambda row: row["value"].strip())  # as Spark's JSON reader, skip blank lines
+            .map(lambda row: json_line_results(stream, window_id, tables, row))
         )
-        parts.append(frame.rdd.map(lambda row: json_line_results(stream, window_id, row, keys)))
-    if avro_files and spark_avro_available(spark):
-        for path in avro_files:  # one schema per file: Datastream writes one object per file
-            frame = spark.read.format("avro").load(path)
-            for name in ("read_timestamp", "source_timestamp"):
-                # Spark hands timestamps back as naive session-local datetimes: keep epoch ms.
-                if name in frame.columns:
-                    frame = frame.withColumn(name, F.floor(F.unix_micros(F.col(name)) / 1000))
-            parts.append(frame.rdd.map(
-                lambda row, p=path: map_event(stream, window_id, p, row.asDict(recursive=True), keys)
-            ))
-    elif avro_files:
+    if avro_files:
         files = sc.binaryFiles(",".join(avro_files), minPartitions=len(avro_files))
-        parts.append(files.flatMap(lambda item: avro_file_results(stream, window_id, *item, keys)))
+        parts.append(files.flatMap(lambda item: avro_file_results(stream, window_id, tables, *item)))
     return sc.union(parts) if parts else sc.emptyRDD()
 
 
@@ -240,8 +231,11 @@ def extract_datastream_window(spark, plan: WindowPlanFile, outcome_path: str) ->
     files = [p for p in plan.positions if p.partition_id != PROGRESS_PARTITION]
     json_files = [p.partition_id for p in files if p.resume_position == "json"]
     avro_files = [p.partition_id for p in files if p.resume_position == "avro"]
-    keys = table_keys(plan.source, options)
-    results = read_events(spark, stream, window_id, json_files, avro_files, keys)
+    tables = TableSettings(
+        keys=table_keys(plan.source, options),
+        types=declared_column_types(plan.source.get("column_types"), stream),
+    )
+    results = read_events(spark, stream, window_id, json_files, avro_files, tables)
     results.persist(StorageLevel.MEMORY_AND_DISK)
 
     tally = results.mapPartitions(_tally).collect()

@@ -27,6 +27,7 @@ import time
 import uuid as uuidlib
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,7 +99,8 @@ class DatastreamHistory:
 def _row(table: str, key: int, rng: random.Random) -> dict:
     if table == "shop_orders":
         return {"id": key, "customer": f"c{rng.randint(1, 9)}",
-                "amount": round(rng.uniform(1, 500), 2) + 0.5, "status": rng.choice(
+                # MySQL DECIMAL(10,2): Datastream writes it with its two places (20.00).
+                "amount": Decimal(f"{rng.uniform(1, 500):.2f}") + Decimal("0.50"), "status": rng.choice(
                     ["new", "paid", "shipped", None])}
     return {"id": key, "name": f"customer {key}", "tier": rng.choice(["gold", "silver", None]),
             "active": rng.random() < 0.7}

@@ -7,7 +7,8 @@ for one Datastream destination prefix (GCS or, for development, a local folder):
   consumed yet as a partition of the window: late files go to the next window, a re-run
   reads exactly the recorded files; with ``key_columns_conn_id`` it also looks up the
   primary keys of the source tables (kept in the plan file for re-runs);
-* extract runs ``spark_jobs/datastream_extract.py`` (JSON reader, spark-avro or fastavro,
+* extract runs ``spark_jobs/datastream_extract.py`` (JSON lines with exact decimals, Avro
+  through fastavro with the schema's column types, ``column_types`` declared per table,
   uuid de-duplication, dead letters);
 * commit records the outcome with Datastream's counts, among them ``rowid_keyed_tables``:
   the tables keyed by Oracle ROWID because no key was declared or found;
@@ -45,6 +46,7 @@ from airflow_cdc.sources.datastream.keys import (
     tables_to_look_up,
 )
 from airflow_cdc.sources.datastream.progress import DEFAULT_ALLOWED_LATENESS
+from airflow_cdc.sources.datastream.types import declared_column_types
 from airflow_cdc.spark.iceberg import IcebergCatalog
 
 IDLE_NOTE = "idle-timeout"
@@ -57,11 +59,14 @@ def datastream_stream_config(
     namespace: str = "cdc",
     work_root: str = "",
     key_columns: Mapping[str, Sequence[str]] | None = None,
+    column_types: Mapping[str, Mapping[str, str]] | None = None,
 ) -> StreamConfig:
     """The stream config of one Datastream destination prefix (validated at parse time).
 
     ``key_columns`` (validated by :func:`declared_key_columns`) ride in the source spec, keyed
     by table identifier; a stream without them keeps the spec, so the fingerprint, it had.
+    ``column_types`` declares payload column types per source table (see
+    :mod:`airflow_cdc.sources.datastream.types`); the extract job reads it from the plan.
     """
     validate_identifier("stream id", stream_id)
     if not prefix or not isinstance(prefix, str):
@@ -69,10 +74,13 @@ def datastream_stream_config(
             f"Datastream prefix {prefix!r} of stream {stream_id!r} is empty: give the "
             f"gs://bucket/path Datastream writes to (or a local folder for development)"
         )
-    spec = {"kind": SOURCE_KIND, "stream_id": stream_id, "prefix": prefix}
+    spec: dict = {"kind": SOURCE_KIND, "stream_id": stream_id, "prefix": prefix}
     declared = declared_key_columns(key_columns)
     if declared:
         spec["key_columns"] = declared
+    if column_types:
+        declared_column_types(column_types, stream_id)  # refuse a bad mapping when the DAG is parsed
+        spec["column_types"] = {str(t): dict(c) for t, c in column_types.items()}
     return StreamConfig(
         stream_id=stream_id,
         source_kind=SOURCE_KIND,
@@ -338,6 +346,7 @@ def DatastreamPipeline(  # noqa: N802 - a factory named like the group it makes
     wait_poke_interval: float = 15,
     key_columns: Mapping[str, Sequence[str]] | None = None,
     key_columns_conn_id: str | None = None,
+    column_types: Mapping[str, Mapping[str, str]] | None = None,
     dag=None,
 ) -> TaskGroup:
     """One Datastream prefix into Iceberg: plan >> extract >> commit >> apply >> gate.
@@ -362,6 +371,14 @@ def DatastreamPipeline(  # noqa: N802 - a factory named like the group it makes
     ROWID (only for a table with none of these; the commit step names such tables in
     ``rowid_keyed_tables``). Changing ``key_columns`` changes the stream's fingerprint:
     existing targets are keyed by the old columns, so the stream must be reset.
+
+    ``column_types`` types payload columns per source table, by the table's Datastream
+    object name or its identifier form:
+    ``{"shop.orders": {"amount": "DECIMAL(10,2)", "placed_at": "DATETIME", "birthday": "DATE",
+    "paid_at": "TIMESTAMP"}}``. JSON payloads need it for dates, times and exact decimals
+    (JSON has none); a declared type also wins over the Avro schema's. Undeclared JSON
+    columns are typed from their values (a fractional number as NUMERIC(38,<its scale>)).
+    A value that does not fit its column's type is dead-lettered with the reason.
     """
     from airflow.sdk.definitions._internal.contextmanager import DagContext
 
@@ -370,7 +387,7 @@ def DatastreamPipeline(  # noqa: N802 - a factory named like the group it makes
     refuse_zero_width_schedule(dag or DagContext.get_current())
     stream = datastream_stream_config(
         stream_id=stream_id, prefix=prefix, namespace=namespace, work_root=work_root,
-        key_columns=key_columns,
+        key_columns=key_columns, column_types=column_types,
     )
     if key_columns_conn_id is not None:
         if not key_columns_conn_id or not isinstance(key_columns_conn_id, str):

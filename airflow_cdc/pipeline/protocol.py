@@ -32,6 +32,9 @@ from airflow_cdc.pipeline.lineage import PendingChild
 
 # Source spec keys that may hold secrets: never in plan files, fingerprints, logs or XCom.
 SECRET_KEYS = frozenset({"access_token", "password", "credentials", "token"})
+# Source spec keys that say how to type what is read, not where it is read from: declaring a
+# column's type later must not make the state store refuse the stream's recorded positions.
+TYPING_KEYS = frozenset({"column_types"})
 
 
 # Counts the state store derives from the outcomes itself; an extract job's other counts
@@ -75,9 +78,8 @@ class StreamConfig:
     @property
     def fingerprint(self) -> str:
         """Changes when the source config changes: the state store then refuses the stream."""
-        text = json.dumps(
-            {"kind": self.source_kind, "spec": self.source_spec}, sort_keys=True, default=str
-        )
+        spec = {k: v for k, v in self.source_spec.items() if k not in TYPING_KEYS}
+        text = json.dumps({"kind": self.source_kind, "spec": spec}, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     def window_dir(self, window: Window) -> Path:

@@ -10,8 +10,10 @@ timestamp):
    a new target, those of the window's first change (by commit timestamp, then ordering key).
    Rows with another key-column set are dead-lettered by the fold: they address no target row.
 3. Columns: declarations (distinct ``column_types_json``) are read in commit-timestamp order.
-   A column first seen is added (schema evolution); a type Iceberg can promote
-   (``float`` -> ``double``) widens the column; a column absent from later declarations stays
+   A column first seen is added (schema evolution), with the type that holds every type the
+   window declares for it (``decimal(38,2)`` for ``decimal(38,1)`` and ``decimal(38,2)``); a
+   type Iceberg can promote (``float`` -> ``double``, a decimal's precision) widens an
+   existing column; a column absent from later declarations stays
    (never dropped). A declaration with an incompatible type change, an unsupported type or a
    column name that is not an identifier (or is reserved, or clashes with another column but
    for case) is bad: its rows are dead-lettered with the reason, and it changes nothing.
@@ -31,6 +33,7 @@ from pyspark.sql import SparkSession
 from airflow_cdc.model import InvalidIdentifierError, validate_identifier
 from airflow_cdc.pipeline.column_types import (
     UnsupportedColumnTypeError,
+    common_spark_type,
     merged_spark_type,
     spark_sql_type,
 )
@@ -284,12 +287,17 @@ def _apply_declaration(plan: TablePlan, column_types_json: str | None) -> str | 
             columns[name] = spark_type
             lowered[name.lower()] = name
             continue
-        merged = merged_spark_type(current, spark_type)
+        if name in plan.existing_columns:
+            merged = merged_spark_type(current, spark_type)
+        else:  # new in this window: its type (a decimal's scale too) is still free to choose
+            merged = common_spark_type(current, spark_type)
         if merged is None:
+            where = f"in target {plan.target}" if name in plan.existing_columns else "in this window"
             return (
-                f"column {name!r} is {current} in target {plan.target} and is now declared "
-                f"{source_type!r} ({spark_type}): an incompatible type change; alter the target "
-                f"(or map the column) and replay these dead letters"
+                f"column {name!r} is {current} {where} and is now declared "
+                f"{source_type!r} ({spark_type}): an incompatible type change; declare the "
+                f"column's type at the source (for Datastream, the pipeline's column_types) or "
+                f"alter the target, and replay these dead letters"
             )
         columns[name] = merged
     plan.columns = columns

@@ -8,8 +8,17 @@ of the target's Spark type, as SQL text (``sql.py`` says why); ``F.expr`` makes 
 
 Encodings, as Spanner change streams and :func:`airflow_cdc.model.change_row_to_record` write
 them: integers as numbers or decimal strings, floats also as ``"NaN"``/``"Infinity"``, bytes
-as base64, timestamps as RFC 3339 text, dates as ``YYYY-MM-DD``, arrays as JSON arrays, JSON
-columns as JSON text (or a nested object, kept as its JSON text).
+as base64, timestamps as RFC 3339 text, wall-clock datetimes (``timestamp_ntz``) as
+``YYYY-MM-DD[T ]HH:MM:SS[.ffffff]`` without a zone, dates as ``YYYY-MM-DD``, decimals as their
+exact text, arrays as JSON arrays, JSON columns as JSON text (or a nested object, kept as its
+JSON text).
+
+Exactly means no digit and no part of a value is dropped: a decimal with more fractional
+digits than its column's scale (``20.125`` for ``decimal(10,2)``) does not convert (Spark's
+cast would round it), nor does a date with a time of day, nor a ``timestamp_ntz`` text with a
+zone or offset (Spark's cast would drop the zone and keep the clock reading, an instant read
+as a wall-clock time). Only fractions of a second beyond microseconds are truncated, as for
+``timestamp``: Iceberg v2 holds microseconds.
 
 A value that is present but does not convert gives NULL here; :func:`bad_value` flags it so
 apply dead-letters the row instead of storing a silent NULL. Conversions are ``try_cast``: NULL
@@ -34,6 +43,12 @@ from spark_jobs.apply.sql import string
 
 _BASE64 = r"^[A-Za-z0-9+/\s]*={0,2}\s*$"
 _ARRAY = re.compile(r"^array<(.+)>$")
+_DECIMAL = re.compile(r"^decimal\((\d+),(\d+)\)$")
+# A date, and a wall-clock date and time, with nothing that names a zone.
+_DATE = r"^\s*[+-]?[0-9]{4,}-[0-9]{1,2}-[0-9]{1,2}\s*$"
+_WALL_CLOCK = r"^\s*[+-]?[0-9]{4,}-[0-9]{1,2}-[0-9]{1,2}([Tt ][0-9]{1,2}:[0-9]{1,2}(:[0-9]{1,2}([.][0-9]*)?)?)?\s*$"
+# A decimal number with an exponent: its sign and integer digits, fraction digits, exponent.
+_EXPONENT_FORM = r"^\s*[+-]?([0-9]*)[.]?([0-9]*)[eE]([+-]?[0-9]{1,4})\s*$"
 # A compact JSON array of strings without escapes or control characters: ["a","b"] (how the
 # changelog writes most). Its elements never hold \u0001, the delimiter they are cut at.
 _PLAIN_STRING_ARRAY = r'^\["[^"\\\x00-\x1f]*"(,"[^"\\\x00-\x1f]*")*\]$'
@@ -79,9 +94,37 @@ def typed_value(raw: str, spark_type: str, elements: str | None = None, depth: i
         return raw
     if spark_type == "timestamp":
         return _timestamp(raw)
-    # float, double, decimal(p,s), date: Spark's cast reads the JSON encodings (NaN/Infinity,
-    # YYYY-MM-DD) and gives NULL for anything else.
+    if spark_type == "timestamp_ntz":
+        return f"CASE WHEN {raw} RLIKE {string(_WALL_CLOCK)} THEN try_cast({raw} AS timestamp_ntz) END"
+    if spark_type == "date":
+        return f"CASE WHEN {raw} RLIKE {string(_DATE)} THEN try_cast({raw} AS date) END"
+    decimal = _DECIMAL.match(spark_type)
+    if decimal:
+        return f"CASE WHEN {_within_scale(raw, int(decimal.group(2)))} THEN try_cast({raw} AS {spark_type}) END"
+    # float, double: Spark's cast reads the JSON encodings (NaN/Infinity) and gives NULL for
+    # anything else.
     return f"try_cast({raw} AS {spark_type})"
+
+
+def _within_scale(raw: str, scale: int) -> str:
+    """SQL text: true where the number text ``raw`` has no non-zero digit beyond ``scale``
+    fractional digits (so casting it to that scale keeps its value; Spark would round it).
+
+    Plain text (``20.50``, how the changelog writes decimals) is tested by one precompiled
+    pattern: at most ``scale`` fraction digits, then only zeros. A text with an exponent
+    (``2.5E-3``, a float's JSON) needs fraction digits - exponent - trailing zeros of its
+    digits <= ``scale``. Any other text is not a decimal number.
+    """
+    plain = rf"^\s*[+-]?[0-9]*([.][0-9]{{0,{scale}}}0*)?\s*$"
+    groups = [f"regexp_extract({raw}, {string(_EXPONENT_FORM)}, {i})" for i in (1, 2, 3)]
+    digits = f"concat({groups[0]}, {groups[1]})"
+    significant = f"regexp_replace({digits}, '0+$', '')"
+    needed = f"(length({groups[1]}) - CAST({groups[2]} AS INT) - (length({digits}) - length({significant})))"
+    return (
+        f"(CASE WHEN {raw} RLIKE {string(plain)} THEN true "
+        f"WHEN {raw} RLIKE {string(_EXPONENT_FORM)} THEN ({needed} <= {scale} OR {significant} RLIKE '^0*$') "
+        f"ELSE false END)"
+    )
 
 
 # Session time zones that are UTC (Spark's jobs here set "UTC"); current_timezone() is a

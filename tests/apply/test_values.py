@@ -22,8 +22,19 @@ def test_array_elements_read_every_json_array_as_from_json_does(spark):
 
 CONVERSIONS = [
     ("bigint", " 12 ", 12), ("bigint", "1.5", None), ("bigint", "9223372036854775808", None), ("int", "2147483648", None),
-    ("double", "NaN", "nan"), ("double", "-Infinity", float("-inf")), ("decimal(10,2)", "1.005", "1.01"),
-    ("date", "2024-13-01", None), ("timestamp", "2024-05-01T10:00:00.123456Z", "2024-05-01 10:00:00.123456"),
+    ("double", "NaN", "nan"), ("double", "-Infinity", float("-inf")),
+    # Decimals convert exactly or not at all: Spark's cast alone would round 1.005 to 1.01.
+    ("decimal(10,2)", "1.005", None), ("decimal(10,2)", "20.00", "20.00"), ("decimal(10,2)", "20.5", "20.50"),
+    ("decimal(10,2)", "20.1200", "20.12"), ("decimal(10,2)", " -7 ", "-7.00"), ("decimal(10,2)", "123456789.5", None),
+    ("decimal(10,2)", "1.5E+1", "15.00"), ("decimal(10,2)", "1500e-2", "15.00"), ("decimal(10,2)", "2.5E-3", None),
+    ("decimal(10,2)", "0E-10", "0.00"), ("decimal(38,0)", "12345678901234567890123", "12345678901234567890123"),
+    ("decimal(10,2)", "NaN", None), ("decimal(10,2)", "abc", None),
+    ("date", "2024-13-01", None), ("date", "2024-03-10", "2024-03-10"), ("date", "2024-03-10T09:01:35", None),
+    ("timestamp_ntz", "2024-03-10T09:01:35", "2024-03-10 09:01:35"),
+    ("timestamp_ntz", "2024-03-10 09:01:35.123456", "2024-03-10 09:01:35.123456"),
+    ("timestamp_ntz", "2024-03-10", "2024-03-10 00:00:00"),
+    ("timestamp_ntz", "2024-03-10T09:01:35Z", None), ("timestamp_ntz", "2024-03-10T09:01:35+02:00", None),
+    ("timestamp_ntz", "2024-03-10T25:01:35", None), ("timestamp", "2024-05-01T10:00:00.123456Z", "2024-05-01 10:00:00.123456"),
     ("timestamp", "2024-05-01T10:00:00z", "2024-05-01 10:00:00"), ("timestamp", "2024-05-01T12:00:00+02:00", "2024-05-01 10:00:00"),
     ("timestamp", "Z", None), ("array<string>", '["a\\u0001b"]', "[a\x01b]"), ("array<string>", '["a\x01b"]', None),
 ]
@@ -39,10 +50,12 @@ def test_value_texts_convert_exactly_or_to_null_in_ansi_and_legacy_sessions(spar
     spark.conf.set("spark.sql.ansi.enabled", ansi)
     try:
         found = []
-        for kind, text, _ in CONVERSIONS:
-            frame = spark.createDataFrame([(text,)], "raw string")
-            row = frame.select(F.expr(typed_value("raw", kind)).cast("string").alias("v"), F.expr(bad_value("raw", kind)).alias("bad")).first()
-            found.append((kind, text, row.v, row.bad))
+        for kind in dict.fromkeys(k for k, _, _ in CONVERSIONS):  # one query per type
+            texts = [(i, t) for i, (k, t, _) in enumerate(CONVERSIONS) if k == kind]
+            frame = spark.createDataFrame(texts, "i int, raw string")
+            rows = frame.select("i", "raw", F.expr(typed_value("raw", kind)).cast("string").alias("v"), F.expr(bad_value("raw", kind)).alias("bad")).collect()
+            found += [(r.i, (kind, r.raw, r.v, r.bad)) for r in rows]
+        found = [conversion for _, conversion in sorted(found)]
     finally:
         spark.conf.set("spark.sql.ansi.enabled", previous)
     expected = [

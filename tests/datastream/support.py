@@ -102,12 +102,13 @@ class Run:
 def run_extract(spark, namespace: str, work: Path, win: Window, files: list[Path],
                 progress_start: datetime | None = None, planned_at: datetime | None = None,
                 lateness_seconds: float = 300, idle_timeout_seconds: float | None = None,
-                key_columns: dict | None = None) -> Run:
+                key_columns: dict | None = None, column_types: dict | None = None) -> Run:
     """Plan ``files`` (plus the progress partition) and run the extract job on them.
 
-    ``key_columns`` are declared as ``DatastreamPipeline(key_columns=...)`` declares them.
+    ``key_columns`` and ``column_types`` reach the job as the pipeline's do: in the plan's
+    source spec.
     """
-    from airflow_cdc.sources.datastream.keys import declared_key_columns
+    from airflow_cdc.operators.datastream import datastream_stream_config
     from spark_jobs.datastream_extract import extract_datastream_window
 
     positions = [
@@ -118,7 +119,10 @@ def run_extract(spark, namespace: str, work: Path, win: Window, files: list[Path
         window=win,
         positions=tuple(positions),
         pending_children=(),
-        source={"kind": "datastream", "key_columns": declared_key_columns(key_columns)},
+        source=datastream_stream_config(
+            stream_id=STREAM, prefix=str(work), namespace=namespace, key_columns=key_columns,
+            column_types=column_types,
+        ).source_spec,
         changelog_table=f"lake.{namespace}.{STREAM}_changelog",
         options={
             "planned_at": format_ts(planned_at or win.end),
@@ -132,7 +136,7 @@ def run_extract(spark, namespace: str, work: Path, win: Window, files: list[Path
     return Run(result, WindowOutcomeFile.from_json(outcome_path.read_text()))
 
 
-def apply(spark, namespace: str, win: Window) -> dict:
+def apply(spark, namespace: str, win: Window, history: list[str] | None = None) -> dict:
     from spark_jobs.apply import apply_window
 
     return apply_window(spark, {
@@ -141,9 +145,20 @@ def apply(spark, namespace: str, win: Window) -> dict:
         "window_id": win.window_id,
         "changelog_table": f"{namespace}.{STREAM}_changelog",
         "targets": {"namespace": namespace,
-                    "dead_letter_table": f"{namespace}.{STREAM}_dead_letters"},
+                    "dead_letter_table": f"{namespace}.{STREAM}_dead_letters",
+                    "history": history or False},
         "policies": {"on_dead_letter": "continue"},
     })
+
+
+def iceberg_types(warehouse: Path, namespace: str, table: str) -> dict[str, str]:
+    """{column: Iceberg type} of a table, read by pyiceberg from its metadata on disk."""
+    from pyiceberg.table import StaticTable
+
+    folder = warehouse / namespace / table / "metadata"
+    version = (folder / "version-hint.text").read_text().strip()
+    schema = StaticTable.from_metadata(str(folder / f"v{version}.metadata.json")).schema()
+    return {f.name: str(f.field_type) for f in schema.fields}
 
 
 def table_rows(spark, table: str, key: str = "id") -> dict:

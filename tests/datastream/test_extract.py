@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from decimal import Decimal
 
 import pytest
 
@@ -27,10 +28,11 @@ def changelog(spark, namespace, *columns):
 
 
 def test_json_and_avro_files_of_the_same_events_give_identical_changelog_rows(spark, tmp_path):
+    # A JSON literal 2.50 and an Avro decimal of scale 2 are the same NUMERIC(38,2) value.
     events = [
-        mysql({"id": 1, "name": "a", "price": 2.5, "active": True}, pos=10),
-        mysql({"id": 2, "name": None, "price": 1.0, "active": False}, pos=20, change="UPDATE"),
-        mysql({"id": 1, "name": "a", "price": 2.5, "active": True}, pos=30, change="DELETE",
+        mysql({"id": 1, "name": "a", "price": Decimal("2.50"), "active": True}, pos=10),
+        mysql({"id": 2, "name": None, "price": Decimal("1.00"), "active": False}, pos=20, change="UPDATE"),
+        mysql({"id": 1, "name": "a", "price": Decimal("2.50"), "active": True}, pos=30, change="DELETE",
               deleted=True),
     ]
     json_file = write_json_events(tmp_path / "json" / "orders.jsonl", events)
@@ -44,6 +46,7 @@ def test_json_and_avro_files_of_the_same_events_give_identical_changelog_rows(sp
 
     from_json = changelog(spark, "ds_json", *columns)
     assert len(from_json) == 3
+    assert '"price":"NUMERIC(38,2)"' in from_json[0][6] and '"price":"2.50"' in from_json[0][5]
     assert from_json == changelog(spark, "ds_avro", *columns)
 
 

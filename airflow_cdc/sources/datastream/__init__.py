@@ -5,6 +5,8 @@
 * :mod:`.discovery` lists event files (local folders; GCS through the Airflow hook) and
   turns the ones not consumed yet into partitions of the next window.
 * :mod:`.progress` decides how far the reader provably got (completeness evidence).
+* :mod:`.types` gives payload columns their types: declared per table, from the Avro
+  schema, or from JSON values (exact decimals).
 """
 
 SOURCE_KIND = "datastream"

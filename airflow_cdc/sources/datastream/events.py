@@ -5,7 +5,8 @@ An event (seed 001) is a JSON object or Avro record with the generic metadata
 ``source_timestamp``, ``sort_keys``), ``source_metadata`` specific to MySQL, Oracle,
 PostgreSQL or SQL Server, and ``payload``: the whole row. Both file formats are first turned
 into the same plain dict (:func:`normalize_value` for Avro values), so JSON and Avro files of
-the same events give identical rows.
+the same events and column types give identical rows. Column types come from
+:mod:`.types` (declared, the Avro schema, or inferred from JSON values).
 
 Ordering (seed 001, "順序と整合性"), encoded with :func:`airflow_cdc.model.encode_ordering_key`:
 
@@ -45,8 +46,9 @@ import base64
 import json
 import re
 from collections.abc import Mapping, Sequence
-from datetime import date, datetime, timezone
+from datetime import date, datetime, time, timezone
 from decimal import Decimal
+from uuid import UUID
 
 from airflow_cdc.model import (
     CdcError,
@@ -55,6 +57,7 @@ from airflow_cdc.model import (
     Op,
     encode_ordering_key,
 )
+from airflow_cdc.sources.datastream.types import payload_column_types
 
 UTC = timezone.utc
 GENERIC_FIELDS = (
@@ -93,7 +96,7 @@ def parse_event_time(name: str, value: object) -> datetime:
         return (value if value.tzinfo else value.replace(tzinfo=UTC)).astimezone(UTC)
     if isinstance(value, bool) or value is None or value == "":
         raise MalformedEventError(f"{name} {value!r} is not a timestamp: Datastream always sets it")
-    if isinstance(value, (int, float)) or (isinstance(value, str) and value.strip().isdigit()):
+    if isinstance(value, (int, float, Decimal)) or (isinstance(value, str) and value.strip().isdigit()):
         return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
     try:
         parsed = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
@@ -187,13 +190,21 @@ def ordering_key(event: dict) -> bytes:
 
 
 def normalize_value(value: object) -> object:
-    """A payload value as JSON gives it (Avro decodes richer Python types)."""
+    """A payload value as the changelog holds it (Avro decodes richer Python types).
+
+    Instants are RFC 3339 UTC text with ``Z``; a naive datetime is a wall-clock DATETIME and
+    keeps no zone (``2024-03-10T09:01:35``); dates ``YYYY-MM-DD``; times ``HH:MM:SS.ffffff``;
+    decimals stay :class:`~decimal.Decimal` (the changelog writes their exact text).
+    """
     if isinstance(value, datetime):
-        aware = value if value.tzinfo else value.replace(tzinfo=UTC)
-        return aware.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        if value.tzinfo is None:
+            return value.isoformat()
+        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     if isinstance(value, date):
         return value.isoformat()
-    if isinstance(value, Decimal):
+    if isinstance(value, time):
+        return value.isoformat(timespec="microseconds")
+    if isinstance(value, UUID):
         return str(value)
     if isinstance(value, (bytes, bytearray)):
         return base64.b64encode(bytes(value)).decode("ascii")
@@ -202,19 +213,6 @@ def normalize_value(value: object) -> object:
     if isinstance(value, (list, tuple)):
         return [normalize_value(v) for v in value]
     return value
-
-
-def value_type(value: object) -> str:
-    """The canonical column type (airflow_cdc.pipeline.column_types) of a JSON value."""
-    if isinstance(value, bool):
-        return "BOOL"
-    if isinstance(value, int):
-        return "INT64"
-    if isinstance(value, float):
-        return "FLOAT64"
-    if isinstance(value, (dict, list)):
-        return "JSON"
-    return "STRING"
 
 
 def object_identifier(name: str) -> str:
@@ -279,10 +277,14 @@ def event_to_change_row(
     window_id: str,
     partition_id: str,
     table_keys: Mapping[str, Sequence[str]] | None = None,
+    declared_types: Mapping[str, Mapping[str, str]] | None = None,
+    schema_types: Mapping[str, str] | None = None,
 ) -> ChangeRow:
     """The changelog row of one event; :class:`MalformedEventError` names what is missing.
 
-    ``table_keys``: the pipeline's key columns per table identifier (see :func:`key_columns`).
+    ``table_keys``: the pipeline's key columns per table identifier (see :func:`key_columns`);
+    ``declared_types`` the pipeline's column types by table identifier
+    (:func:`.types.declared_column_types`), ``schema_types`` those of the Avro file's schema.
     """
     if not isinstance(event, dict):
         raise MalformedEventError(f"event is a {type(event).__name__}, not an object")
@@ -335,7 +337,11 @@ def event_to_change_row(
         keys={n: values[n] for n in names},
         new_values=None if op is Op.DELETE else values,
         old_values=values if op is Op.DELETE else None,
-        column_types={name: value_type(v) for name, v in sorted(values.items())},
+        column_types=payload_column_types(
+            {name: payload.get(name, value) for name, value in values.items()},
+            (declared_types or {}).get(source_table_name(event)),
+            schema_types,
+        ),
         commit_ts=parse_event_time("source_timestamp", event.get("source_timestamp")),
         ordering_key=ordering_key(event),
         transaction_id=None if meta.get("tx_id") in (None, "") else str(meta.get("tx_id")),
@@ -349,14 +355,17 @@ def _millis(value: datetime) -> int:
     return int(round(value.timestamp() * 1000))
 
 
-def json_event(line_fields: dict) -> dict:
-    """An event from the JSON reader's row: nested objects arrive as their JSON text."""
-    event = dict(line_fields)
-    for name in ("source_metadata", "payload", "sort_keys"):
-        text = event.get(name)
-        if isinstance(text, str):
-            try:
-                event[name] = json.loads(text)
-            except ValueError:
-                raise MalformedEventError(f"{name} is not JSON: {text[:200]!r}") from None
+def json_line_event(line: str) -> dict:
+    """The event of one JSON line, numbers with a fraction read as exact decimals.
+
+    Spark's JSON reader turns ``20.00`` into the double ``20.0`` (and 30-digit decimals into
+    rounded doubles) before any code sees it, so lines are parsed here, where the literal's
+    digits and scale survive (:func:`.types.json_value_type`).
+    """
+    try:
+        event = json.loads(line, parse_float=Decimal)
+    except ValueError:
+        raise MalformedEventError("line is not a JSON object") from None
+    if not isinstance(event, dict):
+        raise MalformedEventError(f"line is not a JSON object but a {type(event).__name__}")
     return event

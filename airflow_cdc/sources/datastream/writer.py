@@ -4,20 +4,45 @@ For the demo, tests and laptops: events are plain dicts as in seed 001 (timestam
 datetime). The Avro schema follows the seed's types: generic fields as strings,
 ``read_timestamp``/``source_timestamp`` as ``timestamp-millis``, ``sort_keys`` as an array
 of string/long, ``source_metadata`` and ``payload`` as records (every field nullable).
+
+The payload's schema is either given (``payload_schema``: what a Datastream stream of that
+table writes, with its logical types, decimals and ``datetime`` records) or derived from
+the values: ``Decimal`` as a decimal of precision 38 and the values' largest scale, an aware
+``datetime`` as ``timestamp-micros``, a naive one as ``local-timestamp-micros``, ``date`` as
+``date``. JSON lines write decimals as number literals with their scale (``20.00``), naive
+datetimes and dates as ISO text.
 """
 
 from __future__ import annotations
 
-import json
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
+from decimal import Decimal
 from pathlib import Path
 
+from airflow_cdc.model import value_text
 from airflow_cdc.sources.datastream.events import GENERIC_FIELDS
+
+_EPOCH = datetime(1970, 1, 1)
+# Datastream's Avro type of a DATETIME column: the wall-clock date and time of day.
+DATETIME_RECORD = {
+    "type": "record",
+    "name": "datetime",
+    "logicalType": "datetime",
+    "fields": [{"name": "date", "type": "int"}, {"name": "time", "type": "long"}],
+}
 
 
 def _json_value(value: object) -> object:
     if isinstance(value, datetime):
+        if value.tzinfo is None:
+            return value.isoformat()
         return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    if isinstance(value, date):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return {k: _json_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
     return value
 
 
@@ -25,7 +50,7 @@ def write_json_events(path: str | Path, events: list[dict], extra_lines: list[st
     """One event per line (``extra_lines`` are written verbatim after them: malformed input)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    lines = [json.dumps({k: _json_value(v) for k, v in e.items()}) for e in events]
+    lines = [value_text(_json_value(e)) for e in events]  # decimals as exact literals
     target.write_text("\n".join([*lines, *extra_lines]) + "\n")
     return target
 
@@ -36,8 +61,17 @@ def _avro_type(values: list[object]) -> object:
         kind: object = "boolean"
     elif present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
         kind = "long"
+    elif present and all(isinstance(v, Decimal) for v in present):
+        scale = max(max(0, -v.as_tuple().exponent) for v in present)
+        kind = {"type": "bytes", "logicalType": "decimal", "precision": 38, "scale": scale}
     elif present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
         kind = "double"
+    elif present and all(isinstance(v, datetime) and v.tzinfo is not None for v in present):
+        kind = {"type": "long", "logicalType": "timestamp-micros"}
+    elif present and all(isinstance(v, datetime) and v.tzinfo is None for v in present):
+        kind = {"type": "long", "logicalType": "local-timestamp-micros"}
+    elif present and all(isinstance(v, date) and not isinstance(v, datetime) for v in present):
+        kind = {"type": "int", "logicalType": "date"}
     elif present and all(isinstance(v, list) for v in present):
         kind = {"type": "array", "items": "string"}
     else:
@@ -59,8 +93,26 @@ def _record(name: str, rows: list[dict]) -> dict:
     }
 
 
-def write_avro_events(path: str | Path, events: list[dict]) -> Path:
-    """One Avro object container file holding ``events`` (all of one source object)."""
+def _is_datetime_record(schema: object) -> bool:
+    if isinstance(schema, list):
+        return any(_is_datetime_record(branch) for branch in schema)
+    return schema == "datetime" or (isinstance(schema, dict) and schema.get("logicalType") == "datetime")
+
+
+def _datetime_record(value: object) -> object:
+    """A naive datetime as Datastream's ``datetime`` record (other values as they are)."""
+    if not isinstance(value, datetime):
+        return value
+    since = value.replace(tzinfo=None) - _EPOCH
+    return {"date": since.days, "time": since.seconds * 1_000_000 + since.microseconds}
+
+
+def write_avro_events(path: str | Path, events: list[dict], payload_schema: dict | list | None = None) -> Path:
+    """One Avro object container file holding ``events`` (all of one source object).
+
+    ``payload_schema`` is the payload record's schema (a record, or its list of fields);
+    naive datetimes given for its ``datetime`` record columns are written as such records.
+    """
     import fastavro
 
     millis = {"type": "long", "logicalType": "timestamp-millis"}
@@ -74,10 +126,21 @@ def write_avro_events(path: str | Path, events: list[dict]) -> Path:
             fields.append({"name": name, "type": ["null", "string"], "default": None})
     fields.append({"name": "source_metadata",
                    "type": _record("source_metadata", [e["source_metadata"] for e in events])})
-    fields.append({"name": "payload", "type": _record("payload", [e["payload"] for e in events])})
+    if payload_schema is None:
+        payload = _record("payload", [e["payload"] for e in events])
+    elif isinstance(payload_schema, list):
+        payload = {"type": "record", "name": "payload", "fields": payload_schema}
+    else:
+        payload = payload_schema
+    fields.append({"name": "payload", "type": payload})
+    datetime_columns = {f["name"] for f in payload["fields"] if _is_datetime_record(f["type"])}
+    records = []
+    for event in events:
+        values = {k: (_datetime_record(v) if k in datetime_columns else v) for k, v in event["payload"].items()}
+        records.append({**event, "payload": values, "sort_keys": event.get("sort_keys") or []})
     schema = fastavro.parse_schema({"type": "record", "name": "datastream_event", "fields": fields})
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     with target.open("wb") as handle:
-        fastavro.writer(handle, schema, [{**e, "sort_keys": e.get("sort_keys") or []} for e in events])
+        fastavro.writer(handle, schema, records)
     return target

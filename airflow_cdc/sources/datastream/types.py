@@ -1,0 +1,307 @@
+"""The column types of Datastream payloads: declared per table, from the Avro schema, or inferred.
+
+Each change row declares its columns' canonical types (:mod:`airflow_cdc.pipeline.column_types`),
+from which apply types the target's columns. For a payload column the first of these wins:
+
+1. **Declared**: the pipeline's ``column_types`` mapping, per source table:
+   ``{"shop.orders": {"amount": "DECIMAL(10,2)", "placed_at": "DATETIME"}}``. Tables are
+   named as Datastream names the event's ``object`` (``shop.orders``) or in its identifier
+   form (``shop_orders``); types are any name :func:`parse_source_type` reads. JSON payloads
+   need it: JSON has no dates, and a number's literal says nothing of its column's precision.
+2. **The Avro schema**: Datastream writes each Avro file's schema in its header (seed 001:
+   "列インデックスを使用すると、Avro ヘッダーのスキーマから列名と統合型を取得できます"), so
+   :class:`AvroPayload` derives the types from the reader's ``writer_schema``.
+3. **Inferred** from a JSON value (:func:`json_value_type`): strings, integers, booleans,
+   exact decimals, objects and arrays as JSON.
+
+A value that does not fit its column's type is never turned into NULL: apply converts it
+exactly or dead-letters the row with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+
+from airflow_cdc.model import CdcError
+from airflow_cdc.pipeline.column_types import (
+    MAX_DECIMAL_PRECISION,
+    UnsupportedColumnTypeError,
+    decimal_type,
+    parse_source_type,
+)
+
+_INT64 = range(-(1 << 63), 1 << 63)
+_EPOCH = datetime(1970, 1, 1)
+
+
+class ColumnTypeMappingError(CdcError, ValueError):
+    """A pipeline's ``column_types`` mapping that cannot type its tables' columns."""
+
+
+# --- 1. declared -----------------------------------------------------------------------------
+def declared_column_types(column_types: Mapping | None, stream_id: str = "") -> dict[str, dict[str, str]]:
+    """``column_types`` checked and made canonical: table identifier -> column -> type name.
+
+    Called when the DAG is parsed, so a bad mapping fails there, naming the table, the
+    column, the value and the fix, instead of failing windows later.
+    """
+    from airflow_cdc.sources.datastream.events import source_table_name
+
+    where = f"column_types of Datastream stream {stream_id!r}" if stream_id else "column_types"
+    example = '{"shop.orders": {"amount": "DECIMAL(10,2)", "placed_at": "DATETIME"}}'
+    if column_types is None:
+        return {}
+    if not isinstance(column_types, Mapping):
+        raise ColumnTypeMappingError(
+            f"{where} is a {type(column_types).__name__}: give a mapping of source tables to "
+            f"their columns' types, e.g. {example}"
+        )
+    declared: dict[str, dict[str, str]] = {}
+    named_by: dict[str, str] = {}
+    for table, columns in column_types.items():
+        if not isinstance(table, str) or not table.strip():
+            raise ColumnTypeMappingError(
+                f"{where} has table {table!r}: name each table as Datastream's event object "
+                f"names it (shop.orders) or in its identifier form (shop_orders)"
+            )
+        if not isinstance(columns, Mapping) or not columns:
+            raise ColumnTypeMappingError(
+                f"{where}: table {table!r} maps to {columns!r}, not to its columns' types: "
+                f"give e.g. {{'amount': 'DECIMAL(10,2)'}}"
+            )
+        identifier = source_table_name({"object": table})
+        if identifier in named_by:
+            raise ColumnTypeMappingError(
+                f"{where} names table {identifier!r} twice ({named_by[identifier]!r} and "
+                f"{table!r}): keep one entry per table"
+            )
+        named_by[identifier] = table
+        typed = {}
+        for column, source_type in columns.items():
+            if not isinstance(column, str) or not column:
+                raise ColumnTypeMappingError(
+                    f"{where}: table {table!r} has column {column!r}: give the payload's column name"
+                )
+            try:
+                typed[column] = str(parse_source_type(source_type))
+            except UnsupportedColumnTypeError as error:
+                raise ColumnTypeMappingError(
+                    f"{where}: table {table!r} column {column!r} type {source_type!r} is not "
+                    f"usable: {error}"
+                ) from None
+        declared[identifier] = typed
+    return declared
+
+
+# --- 2. the Avro schema ----------------------------------------------------------------------
+Convert = Callable[[object], object]
+
+
+class AvroPayload:
+    """The payload columns' types in one Avro file's writer schema, and their value decoding.
+
+    Mapping (the Avro specification's types and logical types, and Datastream's ``datetime``
+    record ``{date: days since the epoch, time: microseconds of the day}``): a union with
+    null is its other branch; int/long INT64, float FLOAT32, double FLOAT64, boolean BOOL,
+    string (any logical type: varchar, uuid ...) and enum STRING, bytes/fixed BYTES, and
+    with logical type decimal NUMERIC(p,s) (STRING, the exact text, beyond 38 digits, which
+    no Iceberg decimal holds); date DATE; timestamp-millis/micros TIMESTAMP;
+    local-timestamp-millis/micros and the datetime record DATETIME; time-millis/micros
+    STRING (``HH:MM:SS.ffffff``: Spark has no time type); record and map JSON; array
+    ARRAY<element> (JSON when its elements are arrays, which Iceberg columns may not nest).
+    """
+
+    def __init__(self, writer_schema: object) -> None:
+        self._named: dict[str, object] = {}
+        self._collect_names(writer_schema, "")
+        self.types: dict[str, str] = {}
+        self._decoders: dict[str, Convert] = {}
+        payload = self._resolve(_field(writer_schema, "payload"))
+        if isinstance(payload, list):  # a nullable payload record
+            payload = next((self._resolve(b) for b in payload if b != "null"), None)
+        for column in _fields(payload):
+            name = column.get("name")
+            kind, decode = self._type(column.get("type"))
+            self.types[name] = kind
+            if decode is not None:
+                self._decoders[name] = decode
+
+    def decode(self, payload: object) -> object:
+        """``payload`` as fastavro read it, with the values fastavro cannot decode decoded."""
+        if not isinstance(payload, dict) or not self._decoders:
+            return payload
+        return {
+            name: (self._decoders[name](value) if name in self._decoders and value is not None else value)
+            for name, value in payload.items()
+        }
+
+    def _collect_names(self, schema: object, namespace: str) -> None:
+        if isinstance(schema, list):
+            for branch in schema:
+                self._collect_names(branch, namespace)
+        elif isinstance(schema, dict):
+            kind = schema.get("type")
+            if kind in ("record", "error", "enum", "fixed") and isinstance(schema.get("name"), str):
+                name = schema["name"]
+                space = schema.get("namespace", namespace) if "." not in name else name.rsplit(".", 1)[0]
+                full = name if "." in name else (f"{space}.{name}" if space else name)
+                self._named[full] = schema
+                self._named.setdefault(full.rsplit(".", 1)[-1], schema)
+                namespace = space
+            for column in schema.get("fields") or []:
+                self._collect_names(column.get("type"), namespace)
+            for key in ("items", "values"):
+                if key in schema:
+                    self._collect_names(schema[key], namespace)
+            if isinstance(kind, (dict, list)):
+                self._collect_names(kind, namespace)
+
+    def _resolve(self, schema: object) -> object:
+        if isinstance(schema, str) and schema in self._named:
+            return self._named[schema]
+        if isinstance(schema, dict) and isinstance(schema.get("type"), (dict, list)) and "logicalType" not in schema:
+            return self._resolve(schema["type"])
+        if isinstance(schema, dict) and isinstance(schema.get("type"), str) and schema["type"] in self._named:
+            return self._named[schema["type"]]
+        return schema
+
+    def _type(self, schema: object) -> tuple[str, Convert | None]:
+        schema = self._resolve(schema)
+        if isinstance(schema, list):
+            branches = [b for b in schema if b != "null"]
+            if len(branches) == 1:
+                return self._type(branches[0])
+            # Several non-null branches: each value is one of them; their text is kept.
+            return "STRING", None
+        if isinstance(schema, str):
+            return _PRIMITIVES.get(schema, "STRING"), None
+        if not isinstance(schema, dict):
+            return "STRING", None
+        kind, logical = schema.get("type"), schema.get("logicalType")
+        if logical == "decimal" and kind in ("bytes", "fixed"):
+            try:
+                return str(decimal_type(int(schema.get("precision", 0)), int(schema.get("scale", 0)))), None
+            except (UnsupportedColumnTypeError, TypeError, ValueError):
+                return "STRING", None  # wider than any Iceberg decimal: the exact text
+        if logical == "date" and kind == "int":
+            return "DATE", None
+        if logical in ("timestamp-millis", "timestamp-micros") and kind == "long":
+            return "TIMESTAMP", None
+        if logical in ("local-timestamp-millis", "local-timestamp-micros") and kind == "long":
+            return "DATETIME", None
+        if logical in ("time-millis", "time-micros") and kind in ("int", "long"):
+            return "STRING", _time_text
+        if logical == "datetime" and kind == "record":
+            return "DATETIME", _datetime_record
+        if kind in ("record", "error"):
+            decoders = {f.get("name"): self._type(f.get("type"))[1] for f in _fields(schema)}
+            decoders = {name: decode for name, decode in decoders.items() if decode is not None}
+            return "JSON", (None if not decoders else _record_decoder(decoders))
+        if kind == "map":
+            decode = self._type(schema.get("values"))[1]
+            return "JSON", (None if decode is None else lambda v, d=decode: {k: _maybe(d, x) for k, x in v.items()})
+        if kind == "array":
+            element, decode = self._type(schema.get("items"))
+            convert = None if decode is None else (lambda v, d=decode: [_maybe(d, x) for x in v])
+            return ("JSON" if element.startswith("ARRAY<") else f"ARRAY<{element}>"), convert
+        if kind == "enum":
+            return "STRING", None
+        if kind == "fixed":
+            return "BYTES", None
+        return self._type(kind) if kind is not None else ("STRING", None)
+
+
+_PRIMITIVES = {
+    "boolean": "BOOL", "int": "INT64", "long": "INT64", "float": "FLOAT32", "double": "FLOAT64",
+    "bytes": "BYTES", "string": "STRING", "null": "STRING",
+}
+
+
+def _field(schema: object, name: str) -> object:
+    for column in _fields(schema):
+        if column.get("name") == name:
+            return column.get("type")
+    return None
+
+
+def _fields(schema: object) -> list[dict]:
+    if isinstance(schema, dict) and isinstance(schema.get("fields"), list):
+        return [f for f in schema["fields"] if isinstance(f, dict)]
+    return []
+
+
+def _maybe(decode: Convert, value: object) -> object:
+    return None if value is None else decode(value)
+
+
+def _record_decoder(decoders: dict[str, Convert]) -> Convert:
+    def decode(value: object) -> object:
+        if not isinstance(value, dict):
+            return value
+        return {k: (_maybe(decoders[k], v) if k in decoders else v) for k, v in value.items()}
+
+    return decode
+
+
+def _datetime_record(value: object) -> object:
+    """Datastream's ``datetime`` record as the wall-clock datetime it names (no zone)."""
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, dict):
+        return value  # not the record: apply finds the value does not convert
+    return _EPOCH + timedelta(days=int(value["date"]), microseconds=int(value["time"]))
+
+
+def _time_text(value: object) -> object:
+    if isinstance(value, time):
+        return value.isoformat(timespec="microseconds")
+    return value
+
+
+# --- 3. inferred from JSON values ------------------------------------------------------------
+def json_value_type(value: object) -> str:
+    """The canonical column type of a payload value nothing declares (JSON parsed with
+    ``parse_float=Decimal``, so ``20.00`` arrives as ``Decimal('20.00')``).
+
+    A fractional number is ``NUMERIC(38,<its scale>)``: its literal's scale is the only
+    evidence of the column's scale there is (``20.00``: 2), and precision 38 leaves the most
+    room for integer digits, so the column's later values fit it too. An exponent literal
+    counts by the digits it really has after the point (``1.5E-7``: 8; ``1E+3``: 0). Integers
+    are INT64, or NUMERIC(38,0) beyond its range. Declare a column (``column_types``) to
+    type it otherwise: JSON cannot say that a string is a date.
+    """
+    if isinstance(value, bool):
+        return "BOOL"
+    if isinstance(value, int):
+        return "INT64" if value in _INT64 else f"NUMERIC({MAX_DECIMAL_PRECISION},0)"
+    if isinstance(value, Decimal):
+        exponent = value.as_tuple().exponent
+        scale = -exponent if isinstance(exponent, int) and exponent < 0 else 0
+        return f"NUMERIC({MAX_DECIMAL_PRECISION},{min(scale, MAX_DECIMAL_PRECISION)})"
+    if isinstance(value, float):
+        return "FLOAT64"
+    if isinstance(value, datetime):
+        return "DATETIME" if value.tzinfo is None else "TIMESTAMP"
+    if isinstance(value, date):
+        return "DATE"
+    if isinstance(value, (bytes, bytearray)):
+        return "BYTES"
+    if isinstance(value, (dict, list)):
+        return "JSON"
+    return "STRING"
+
+
+def payload_column_types(
+    values: Mapping[str, object],
+    declared: Mapping[str, str] | None = None,
+    schema_types: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Each column of ``values`` (payload values as decoded) with its type, by the order above."""
+    declared = declared or {}
+    schema_types = schema_types or {}
+    return {
+        name: declared.get(name) or schema_types.get(name) or json_value_type(value)
+        for name, value in sorted(values.items())
+    }
