@@ -10,25 +10,18 @@ AIRFLOW_HOME (SQLite, LocalExecutor) with a bounded wait at every step.
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from airflow_cdc.demo.services import AirflowServices
 from airflow_cdc.model import Window, WindowState, format_ts
 from airflow_cdc.state import StateStore
 
 from cdc_airflow_support import T0, W1, applied
 
 ROOT = Path(__file__).resolve().parents[2]
-AIRFLOW = str(Path(sys.executable).parent / "airflow")
-SERVICES = ("api-server", "scheduler", "dag-processor", "triggerer")
 STEP_TIMEOUT = 240  # seconds for any one step on a loaded 2-core machine
 
 
@@ -39,56 +32,17 @@ def parse_db_time(text: str):
     return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for(what: str, check, logs: Path, timeout: float = STEP_TIMEOUT):
-    """Poll ``check`` until it returns something truthy; fail naming ``what`` and the logs."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(1)
-    tails = "\n".join(
-        f"--- {log.name}\n" + "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-        for log in sorted(logs.glob("*.log"))
-    )
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{tails}")
-
-
-class Deployment:
-    """A throw-away Airflow with only the gate DAG, and the metadata DB it writes."""
+class Deployment(AirflowServices):
+    """A throw-away Airflow with only the gate DAG and its consumer."""
 
     def __init__(self, base: Path) -> None:
-        self.base = base
-        self.logs = base / "logs-of-services"
-        self.logs.mkdir(parents=True)
         dags = base / "dags"
-        dags.mkdir()
+        dags.mkdir(parents=True)
         for dag_file in ("cdc_window_gate.py", "cdc_asset_consumer.py"):
             shutil.copy(ROOT / "dags" / dag_file, dags)
-        api_port = free_port()
         self.state_url = f"sqlite:///{base / 'cdc_state.db'}"
-        self.env = {
-            **os.environ,
-            "AIRFLOW_HOME": str(base / "home"),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        super().__init__(base, dags, {
             "AIRFLOW__CORE__PARALLELISM": "2",
-            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-            "AIRFLOW__API__PORT": str(api_port),
-            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
-            "AIRFLOW__API__WORKERS": "1",
-            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
-            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
-            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
-            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
-            "AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC": "1",
             "AIRFLOW_CDC_STATE_URL": self.state_url,
             "CDC_GATE_STREAM": "orders",
             "CDC_GATE_START": T0.isoformat(),
@@ -96,44 +50,11 @@ class Deployment:
             "CDC_GATE_POLL_SECONDS": "1",
             "CDC_GATE_TABLES": "current.orders",
             "CDC_CONSUMER_TABLE": "current.orders",
-        }
-        self.processes: list[subprocess.Popen] = []
-        self.db = f"{base / 'home' / 'airflow.db'}"
+        })
 
-    def airflow(self, *args: str) -> str:
-        proc = subprocess.run(
-            [AIRFLOW, *args], env=self.env, capture_output=True, text=True, timeout=300
-        )
-        assert proc.returncode == 0, f"airflow {' '.join(args)} failed:\n{proc.stderr[-3000:]}"
-        return proc.stdout
 
-    def start(self) -> None:
-        self.airflow("db", "migrate")
-        for service in SERVICES:
-            log = open(self.logs / f"{service}.log", "w")
-            self.processes.append(
-                subprocess.Popen(
-                    [AIRFLOW, service], env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
-            )
-
-    def stop(self) -> None:
-        for proc in self.processes:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.processes:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=30)
-
-    def query(self, sql: str, *params):
-        import sqlite3
-
-        with sqlite3.connect(self.db, timeout=30) as conn:
-            return conn.execute(sql, params).fetchall()
+def wait_for(what: str, check, deployment: Deployment, timeout: float = STEP_TIMEOUT):
+    return deployment.wait_for(what, check, timeout)
 
 
 @pytest.fixture(scope="module")
@@ -149,9 +70,8 @@ def deployment(tmp_path_factory):
             "the dag-processor to register both DAGs",
             lambda: len(deployment.query(
                 "select 1 from dag where dag_id in ('cdc_window_gate', 'cdc_asset_consumer')"
-            )) == 2
-            if Path(deployment.db).exists() else None,
-            deployment.logs,
+            )) == 2,
+            deployment,
         )
         deployment.airflow(
             "dags", "trigger", "cdc_window_gate", "--logical-date", W1.end.isoformat(),
@@ -165,7 +85,7 @@ def deployment(tmp_path_factory):
                 "select data_interval_start, data_interval_end from dag_run "
                 "where run_id = 'gate_under_test'"
             ),
-            deployment.logs,
+            deployment,
         )[0]
         window = Window("orders", parse_db_time(start), parse_db_time(end))
         applied(store, window=window, apply=False)  # committed, apply still running
@@ -176,7 +96,7 @@ def deployment(tmp_path_factory):
                 "join trigger t on t.id = ti.trigger_id where ti.run_id = 'gate_under_test' "
                 "and ti.task_id = 'window_complete' and ti.state = 'deferred'"
             ),
-            deployment.logs,
+            deployment,
         )
         store.mark_applied(window, "run", {"lake.current.orders": 7})
         final = wait_for(
@@ -185,7 +105,7 @@ def deployment(tmp_path_factory):
                 "select state from dag_run where run_id = 'gate_under_test' "
                 "and state in ('success', 'failed')"
             ),
-            deployment.logs,
+            deployment,
         )
         consumed = wait_for(
             "the asset consumer's run to finish",
@@ -194,7 +114,7 @@ def deployment(tmp_path_factory):
                 "and x.dag_id = r.dag_id and x.key = 'return_value' "
                 "where r.dag_id = 'cdc_asset_consumer' and r.state in ('success', 'failed')"
             ),
-            deployment.logs,
+            deployment,
         )
         yield {
             "store": store, "deployment": deployment, "deferred": deferred, "final": final,
