@@ -145,6 +145,10 @@ def read_events(spark, stream: str, window_id: str, json_files: list[str], avro_
     tables = tables or TableSettings()
     parts = []
     if json_files:
+        # Spark lists more than 32 paths with a distributed job (meant for folders of
+        # partitions); for a window's named files the driver's own listing is cheaper:
+        # 4.2-4.7 s against 5.3-6.3 s for 206 files in a fresh session here.
+        spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", "1024")
         lines = spark.read.text(json_files).withColumn("_file", F.input_file_name())
         parts.append(
             lines.rdd.filter(lambda row: row["value"].strip())  # as Spark's JSON reader, skip blank lines
