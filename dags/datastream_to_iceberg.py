@@ -6,6 +6,9 @@ settled event file not consumed before (JSON lines or Avro) on Spark, drops dupl
 uuid, appends the changes to the stream's changelog (``cdc.<stream>_changelog``), applies them
 to current-state tables in the ``current`` namespace, and opens its gate once an event read
 after the window end plus the allowed lateness proves the window complete.
+Tables without ``primary_keys`` in their metadata (Oracle) get key columns from
+CDC_DATASTREAM_KEY_COLUMNS and JSON payload columns their types from
+CDC_DATASTREAM_COLUMN_TYPES (JSON objects; unset, none are declared).
 
 ``python -m airflow_cdc.demo.datastream`` (``make demo-datastream``) writes a local
 Datastream output tree and runs this DAG over it.
@@ -13,6 +16,7 @@ Datastream output tree and runs this DAG over it.
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import datetime, timedelta, timezone
 
@@ -37,6 +41,28 @@ GATE_TIMEOUT_SECONDS = float(os.environ.get("CDC_GATE_TIMEOUT_SECONDS", "1800"))
 IDLE_TIMEOUT = os.environ.get("CDC_DATASTREAM_IDLE_TIMEOUT_SECONDS")
 TABLES = [t for t in os.environ.get("CDC_DATASTREAM_TABLES", "shop_orders,public_customers").split(",") if t]
 DEFERRABLE = {"true": True, "false": False}.get(os.environ.get("CDC_DEFERRABLE", "").lower())
+
+
+def _json_mapping(name: str, example: str) -> dict | None:
+    """A JSON object setting (None when unset), refused at parse time naming the variable."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise ValueError(f"{name}={text!r} is not JSON ({error}): give an object such as {example}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{name}={text!r} is a JSON {type(value).__name__}: give an object such as {example}")
+    return value
+
+
+# Key columns per table, e.g. {"HR.EMPLOYEES": ["EMPLOYEE_ID"]}: Oracle events carry no
+# primary_keys, so without this an Oracle table is keyed by its ROWID. Unset: none declared.
+KEY_COLUMNS = _json_mapping("CDC_DATASTREAM_KEY_COLUMNS", '{"HR.EMPLOYEES": ["EMPLOYEE_ID"]}')
+# Payload column types per table, e.g. {"shop_orders": {"amount": "DECIMAL(10,2)"}}: JSON
+# payloads have no dates and no declared precision. Unset: typed from Avro schemas and values.
+COLUMN_TYPES = _json_mapping("CDC_DATASTREAM_COLUMN_TYPES", '{"shop_orders": {"amount": "DECIMAL(10,2)"}}')
 
 with DAG(
     dag_id="datastream_to_iceberg",
@@ -68,6 +94,8 @@ with DAG(
         gate_poke_interval=5,
         gate_timeout=GATE_TIMEOUT_SECONDS,
         deferrable=DEFERRABLE,
+        key_columns=KEY_COLUMNS,
+        column_types=COLUMN_TYPES,
     )
 
     @task

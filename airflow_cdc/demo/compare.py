@@ -49,6 +49,14 @@ def read_iceberg_rows(table_dir: Path) -> list[dict]:
     return table.scan().to_arrow().to_pylist()
 
 
+def iceberg_column_types(table_dir: Path) -> dict:
+    """Column name -> pyiceberg type of the table's current schema (e.g. ``DecimalType(10, 2)``)."""
+    from pyiceberg.table import StaticTable
+
+    schema = StaticTable.from_metadata(str(latest_metadata(table_dir))).schema()
+    return {column.name: column.field_type for column in schema.fields}
+
+
 def _python_value(column_type, value):
     """A target value as the Python value the source type uses."""
     if value is None:

@@ -1,9 +1,10 @@
 """The example Datastream DAG through real Airflow (dag.test), Spark (spark-submit) and Iceberg.
 
 One module-scoped run of a generated Datastream output tree (MySQL JSON lines, PostgreSQL
-Avro, backfill then CDC, rolled-back inserts, duplicates, out-of-order events) as one
-window; the tests then read what it left: targets against the true state, the state store,
-and the gate's XCom summary and Asset events.
+Avro, Oracle Avro with rows that move to new ROWIDs and a key declared through the DAG,
+backfill then CDC, rolled-back inserts, duplicates, out-of-order events) as one window; the
+tests then read what it left: targets against the true state (exact values and Iceberg
+column types), the state store, and the gate's XCom summary and Asset events.
 """
 
 from __future__ import annotations
@@ -115,3 +116,51 @@ def test_clearing_and_rerunning_the_window_changes_no_table_and_no_state(replay)
     assert [(p.partition_id, p.state, p.watermark) for p in store().list_partitions("shop")] == [
         (p.partition_id, p.state, p.watermark) for p in partitions_before
     ]
+
+
+def test_oracle_target_has_one_row_per_declared_key_with_moved_rows_latest_values(replay):
+    """Rows that moved to a new ROWID in the window leave no ghost under the old one."""
+    from airflow_cdc.demo.compare import read_iceberg_rows
+
+    history = replay["history"]
+    window_end = history.window_end(0)
+    moved = {m.key for m in history.moves if m.at < window_end and m.key in history.truth["HR_EMPLOYEES"]}
+    pairs = [m for m in history.moves if m.pair and m.at < window_end]
+    assert moved and pairs, "the generated window holds no Oracle row move to test"
+    current = replay["base"] / "warehouse" / "current"
+    [folder] = [p for p in current.iterdir() if p.name.lower() == "hr_employees"]
+
+    rows = read_iceberg_rows(folder)
+
+    ids = [row["EMPLOYEE_ID"] for row in rows]
+    assert sorted(ids) == sorted(history.truth["HR_EMPLOYEES"])  # one row per key, none extra
+    assert not any("row_id" in row for row in rows)
+    by_id = {row["EMPLOYEE_ID"]: {k: v for k, v in row.items() if not k.startswith("_cdc_")} for row in rows}
+    for key in moved:
+        # repr: Decimal('20.0') == Decimal('20.00') and 20 == 20.0 in Python; their reprs differ.
+        assert {k: repr(v) for k, v in by_id[key].items()} == {
+            k: repr(v) for k, v in history.truth["HR_EMPLOYEES"][key].items()}
+
+
+def test_datetime_and_decimal_columns_have_exact_iceberg_types_and_values(replay):
+    from pyiceberg.types import DecimalType, TimestampType
+
+    from airflow_cdc.demo.compare import iceberg_column_types, read_iceberg_rows
+
+    current = replay["base"] / "warehouse" / "current"
+    folders = {p.name.lower(): p for p in current.iterdir()}
+    employees = iceberg_column_types(folders["hr_employees"])
+    orders = iceberg_column_types(folders["shop_orders"])
+
+    # Avro datetime record -> timestamp without time zone; Avro decimal(8,2) -> decimal(8,2).
+    assert employees["HIRE_DATE"] == TimestampType()
+    assert employees["SALARY"] == DecimalType(8, 2)
+    # JSON 20.00 literals, declared DECIMAL(10,2) through CDC_DATASTREAM_COLUMN_TYPES.
+    assert orders["amount"] == DecimalType(10, 2)
+    truth = replay["history"].truth
+    for row in read_iceberg_rows(folders["hr_employees"]):
+        expected = truth["HR_EMPLOYEES"][row["EMPLOYEE_ID"]]
+        assert row["HIRE_DATE"].tzinfo is None and row["HIRE_DATE"] == expected["HIRE_DATE"]
+    for row in read_iceberg_rows(folders["shop_orders"]):
+        amount = truth["shop_orders"][row["id"]]["amount"]
+        assert str(row["amount"]) == str(amount) and row["amount"].as_tuple().exponent == -2
