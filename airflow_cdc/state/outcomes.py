@@ -9,7 +9,7 @@ window may be read in that same window, but only once all its parents reported i
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from airflow_cdc.model import ChildPartition, PartitionOutcome, PartitionState, Window, format_ts
@@ -63,20 +63,50 @@ def resolve_commit(
     6. Counts: records, partitions, finished and children, plus the caller's own keys.
     """
     name = window_name(window.stream_id, window.start, window.end)
-    by_id: dict[str, PartitionOutcome] = {}
+    _require_one_outcome_each(name, planned_ids, outcomes)
+    reports = _child_reports(name, stored, outcomes)
+    children = [_child_change(reports[pid], stored.get(pid)) for pid in sorted(reports)]
+    changes = []
+    for outcome in outcomes:
+        previous_state, previous_watermark = _read_from(name, planned_ids, stored, reports, outcome)
+        _require_forward(name, window, outcome, previous_watermark)
+        planned = outcome.partition_id in planned_ids
+        changes.append(OutcomeChange(outcome, previous_state, previous_watermark, planned))
+    counts = _counts(name, outcomes, reports, extra_counts)
+    return CommitChanges(tuple(children), tuple(changes), counts)
+
+
+@dataclass
+class _ChildReport:
+    """One child as this window's outcomes report it, and which partitions reported it."""
+
+    child: ChildPartition
+    reporters: set[str] = field(default_factory=set)
+
+    def waiting_for(self, row: PartitionRecord | None) -> list[str]:
+        """The parents that have not reported the child yet, in this window or before."""
+        reported = set(row.reported_by) if row is not None else set()
+        return sorted(set(self.child.parent_ids) - reported - self.reporters)
+
+
+# 1. one outcome per partition, and one for every planned partition
+def _require_one_outcome_each(
+    name: str, planned_ids: frozenset[str], outcomes: Sequence[PartitionOutcome]
+) -> None:
+    seen: set[str] = set()
     for outcome in outcomes:
         if not isinstance(outcome, PartitionOutcome):
             raise TypeError(
                 f"outcomes of {name} must be PartitionOutcome values, "
                 f"got {type(outcome).__name__}: {outcome!r}"
             )
-        if outcome.partition_id in by_id:
+        if outcome.partition_id in seen:
             raise OutcomeError(
                 f"partition {outcome.partition_id!r} has two outcomes in {name}: a "
                 f"partition is read once per window, so the extract must report it once"
             )
-        by_id[outcome.partition_id] = outcome
-    missing = sorted(planned_ids - by_id.keys())
+        seen.add(outcome.partition_id)
+    missing = sorted(planned_ids - seen)
     if missing:
         raise OutcomeError(
             f"{name} planned partitions {missing} but has no outcome for them: every "
@@ -84,7 +114,12 @@ def resolve_commit(
             f"watermark), or the window must be extracted again"
         )
 
-    reports: dict[str, tuple[ChildPartition, set[str]]] = {}
+
+# 2. children and their reporters, every report agreeing on the child's parents
+def _child_reports(
+    name: str, stored: Mapping[str, PartitionRecord], outcomes: Sequence[PartitionOutcome]
+) -> dict[str, _ChildReport]:
+    reports: dict[str, _ChildReport] = {}
     for outcome in outcomes:
         for child in outcome.children:
             if outcome.partition_id not in child.parent_ids:
@@ -95,10 +130,10 @@ def resolve_commit(
                 )
             known = reports.get(child.partition_id)
             parents = set(child.parent_ids)
-            if known is not None and set(known[0].parent_ids) != parents:
+            if known is not None and set(known.child.parent_ids) != parents:
                 raise OutcomeError(
                     f"child {child.partition_id!r} is reported in {name} with parents "
-                    f"{sorted(known[0].parent_ids)} and with parents {sorted(parents)}: all "
+                    f"{sorted(known.child.parent_ids)} and with parents {sorted(parents)}: all "
                     f"reports of one child must agree on its parents"
                 )
             row = stored.get(child.partition_id)
@@ -108,77 +143,91 @@ def resolve_commit(
                     f"{sorted(parents)}, but it was recorded with parents "
                     f"{sorted(row.parent_ids)}: all reports of one child must agree on its parents"
                 )
-            reports.setdefault(child.partition_id, (child, set()))[1].add(outcome.partition_id)
-
-    children: list[ChildChange] = []
-    all_reported: dict[str, bool] = {}
-    for child_id in sorted(reports):
-        child, reporters = reports[child_id]
-        row = stored.get(child_id)
-        reported_by = set(reporters) | (set(row.reported_by) if row is not None else set())
-        complete = reported_by >= set(child.parent_ids)
-        all_reported[child_id] = complete
-        if row is None or row.state == PartitionState.CREATED:
-            new_state = PartitionState.READY if complete else PartitionState.CREATED
-        else:
-            new_state = row.state  # already READY, read or finished: a repeated report
-        children.append(
-            ChildChange(
-                child=child,
-                reported_by=tuple(sorted(reported_by)),
-                existing_state=None if row is None else row.state,
-                new_state=new_state,
+            reports.setdefault(child.partition_id, _ChildReport(child)).reporters.add(
+                outcome.partition_id
             )
+    return reports
+
+
+# 3. a child with all its parents' reports is READY
+def _child_change(report: _ChildReport, row: PartitionRecord | None) -> ChildChange:
+    reported_by = report.reporters | (set(row.reported_by) if row is not None else set())
+    if row is None or row.state == PartitionState.CREATED:
+        complete = not report.waiting_for(row)
+        new_state = PartitionState.READY if complete else PartitionState.CREATED
+    else:
+        new_state = row.state  # already READY, read or finished: a repeated report
+    return ChildChange(
+        child=report.child,
+        reported_by=tuple(sorted(reported_by)),
+        existing_state=None if row is None else row.state,
+        new_state=new_state,
+    )
+
+
+# 4. where the partition was read from: its plan, or a child born and fully reported here
+def _read_from(
+    name: str,
+    planned_ids: frozenset[str],
+    stored: Mapping[str, PartitionRecord],
+    reports: Mapping[str, _ChildReport],
+    outcome: PartitionOutcome,
+) -> tuple[PartitionState, datetime]:
+    pid = outcome.partition_id
+    row = stored.get(pid)
+    if pid in planned_ids:
+        if row is None or row.state not in (PartitionState.READY, PartitionState.RUNNING):
+            state = "missing" if row is None else row.state.value
+            raise OutcomeError(
+                f"planned partition {pid!r} of {name} is {state} in the state store, "
+                f"not READY or RUNNING: the stream was changed while the window ran; reset "
+                f"the stream if its state was edited by hand"
+            )
+        return row.state, row.watermark
+    if pid not in reports:
+        raise OutcomeError(
+            f"partition {pid!r} has an outcome in {name}, but the window did not "
+            f"plan it and no partition read in it reported it as a child: an extract "
+            f"reads only its plan and the children born in the window"
+        )
+    report = reports[pid]
+    waiting = report.waiting_for(row)
+    if waiting:
+        raise OutcomeError(
+            f"child {pid!r} was read in {name} before all its parents reported "
+            f"it (still waiting for {waiting}): a child with several parents is read "
+            f"once, after every parent reported it"
+        )
+    if row is not None and row.state not in (PartitionState.CREATED, PartitionState.READY):
+        raise OutcomeError(
+            f"child {pid!r} was read in {name} but is already {row.state.value}: "
+            f"a child is read from its start only once"
+        )
+    # Step 3 made it READY in this same commit, whatever it was before.
+    return PartitionState.READY, row.watermark if row is not None else report.child.start
+
+
+# 5. watermarks only move forward
+def _require_forward(
+    name: str, window: Window, outcome: PartitionOutcome, previous_watermark: datetime
+) -> None:
+    if outcome.watermark < previous_watermark:
+        raise WatermarkRegressionError(
+            f"partition {outcome.partition_id!r} of stream {window.stream_id!r} would "
+            f"move its watermark backwards in {name}, from "
+            f"{format_ts(previous_watermark)} to {format_ts(outcome.watermark)}: watermarks "
+            f"only move forward, so the outcome is stale or the source adapter reported an "
+            f"older progress mark; extract the window again"
         )
 
-    changes: list[OutcomeChange] = []
-    for outcome in outcomes:
-        pid = outcome.partition_id
-        row = stored.get(pid)
-        planned = pid in planned_ids
-        if planned:
-            if row is None or row.state not in (PartitionState.READY, PartitionState.RUNNING):
-                state = "missing" if row is None else row.state.value
-                raise OutcomeError(
-                    f"planned partition {pid!r} of {name} is {state} in the state store, "
-                    f"not READY or RUNNING: the stream was changed while the window ran; reset "
-                    f"the stream if its state was edited by hand"
-                )
-            previous_state, previous_watermark = row.state, row.watermark
-        else:
-            if pid not in reports:
-                raise OutcomeError(
-                    f"partition {pid!r} has an outcome in {name}, but the window did not "
-                    f"plan it and no partition read in it reported it as a child: an extract "
-                    f"reads only its plan and the children born in the window"
-                )
-            child = reports[pid][0]
-            if not all_reported[pid]:
-                reported = set(row.reported_by) if row is not None else set()
-                waiting = sorted(set(child.parent_ids) - reported - reports[pid][1])
-                raise OutcomeError(
-                    f"child {pid!r} was read in {name} before all its parents reported "
-                    f"it (still waiting for {waiting}): a child with several parents is read "
-                    f"once, after every parent reported it"
-                )
-            if row is not None and row.state not in (PartitionState.CREATED, PartitionState.READY):
-                raise OutcomeError(
-                    f"child {pid!r} was read in {name} but is already {row.state.value}: "
-                    f"a child is read from its start only once"
-                )
-            # Step 3 made it READY in this same commit, whatever it was before.
-            previous_state = PartitionState.READY
-            previous_watermark = row.watermark if row is not None else child.start
-        if outcome.watermark < previous_watermark:
-            raise WatermarkRegressionError(
-                f"partition {pid!r} of stream {window.stream_id!r} would "
-                f"move its watermark backwards in {name}, from "
-                f"{format_ts(previous_watermark)} to {format_ts(outcome.watermark)}: watermarks "
-                f"only move forward, so the outcome is stale or the source adapter reported an "
-                f"older progress mark; extract the window again"
-            )
-        changes.append(OutcomeChange(outcome, previous_state, previous_watermark, planned))
 
+# 6. the window's counts: the store's own, and the caller's keys that agree with them
+def _counts(
+    name: str,
+    outcomes: Sequence[PartitionOutcome],
+    reports: Mapping[str, _ChildReport],
+    extra_counts: Mapping[str, object],
+) -> dict:
     counts = {
         "records": sum(o.records for o in outcomes),
         "partitions": len(outcomes),
@@ -192,4 +241,4 @@ def resolve_commit(
                 f"which give {counts[key]!r}: leave {key!r} out (the store computes it) or "
                 f"pass the same value"
             )
-    return CommitChanges(tuple(children), tuple(changes), {**extra_counts, **counts})
+    return {**extra_counts, **counts}
