@@ -78,8 +78,7 @@ def renew(
     conn: Connection, now: datetime, window: Window, owner: str, lease: timedelta
 ) -> WindowRecord:
     """The holder extends its lease; an expired one too, as long as nobody took the window."""
-    row = locked_window(conn, window)
-    require_owner(row, owner, "renew the lease on")
+    row = _held(conn, window, owner, "renew the lease on")
     if row.state in _RELEASED_STATES:
         raise LeaseLostError(
             f"{owner!r} cannot renew its lease on {name(row)}: the window is "
@@ -92,8 +91,7 @@ def renew(
 
 def release(conn: Connection, now: datetime, window: Window, owner: str) -> WindowRecord:
     """The holder's lease expires now; an expired lease stays as it is."""
-    row = locked_window(conn, window)
-    require_owner(row, owner, "release the lease on")
+    row = _held(conn, window, owner, "release the lease on")
     if row.state in _RELEASED_STATES:
         raise LeaseLostError(
             f"{name(row)} is {row.state}: it holds no lease to release; plan the "
@@ -103,3 +101,10 @@ def release(conn: Connection, now: datetime, window: Window, owner: str) -> Wind
         return window_record(row)
     extend(conn, row, owner, now, now)
     return window_record(window_row(conn, window.stream_id, window.start))
+
+
+def _held(conn: Connection, window: Window, owner: str, action: str) -> Row:
+    """The locked window, which ``owner`` must still hold."""
+    row = locked_window(conn, window)
+    require_owner(row, owner, action)
+    return row

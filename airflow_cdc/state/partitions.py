@@ -22,7 +22,7 @@ from airflow_cdc.state.records import (
     PartitionRecord,
     window_name,
 )
-from airflow_cdc.state.rows import partition_key, partition_record
+from airflow_cdc.state.rows import of_stream, partition_key, partition_record
 from airflow_cdc.state.tables import dumps, partitions
 from airflow_cdc.state.transitions import lock_stream
 
@@ -30,10 +30,8 @@ from airflow_cdc.state.transitions import lock_stream
 def list_partitions(
     conn: Connection, stream_id: str, states: Iterable[PartitionState] | None
 ) -> list[PartitionRecord]:
-    query = select(partitions).where(partitions.c.stream_id == stream_id)
-    if states is not None:
-        query = query.where(partitions.c.state.in_([PartitionState(s).value for s in states]))
-    rows = conn.execute(query.order_by(partitions.c.partition_id))
+    query = of_stream(partitions, stream_id, states, PartitionState, partitions.c.partition_id)
+    rows = conn.execute(query)
     return [partition_record(row) for row in rows]
 
 
@@ -51,21 +49,13 @@ def create_ready(
 ) -> None:
     """New partitions, READY to be read from their start by ``window``."""
     for position in positions:
-        conn.execute(
-            insert(partitions).values(
-                stream_id=window.stream_id,
-                partition_id=position.partition_id,
-                parent_ids=dumps(list(position.parent_ids)),
-                reported_by=dumps(sorted(position.parent_ids)),
-                resume_position=position.resume_position,
-                start_ts=position.start,
-                watermark=position.start,
-                watermark_since=now,
-                state=PartitionState.READY.value,
-                created_window=window.start,
-                finished_window=None,
-                updated_at=now,
-            )
+        _insert(
+            conn,
+            now,
+            window,
+            position,
+            reported_by=sorted(position.parent_ids),
+            state=PartitionState.READY,
         )
 
 
@@ -108,22 +98,8 @@ def record_children(
     for change in changes:
         child = change.child
         if change.existing_state is None:
-            conn.execute(
-                insert(partitions).values(
-                    stream_id=window.stream_id,
-                    partition_id=child.partition_id,
-                    parent_ids=dumps(list(child.parent_ids)),
-                    reported_by=dumps(list(change.reported_by)),
-                    resume_position=None,
-                    start_ts=child.start,
-                    watermark=child.start,
-                    watermark_since=now,
-                    state=change.new_state.value,
-                    created_window=window.start,
-                    finished_window=None,
-                    updated_at=now,
-                )
-            )
+            born = PartitionPosition(child.partition_id, child.start, None, child.parent_ids)
+            _insert(conn, now, window, born, list(change.reported_by), change.new_state)
             continue
         reported = conn.execute(
             update(partitions)
@@ -185,6 +161,33 @@ def purge_finished(conn: Connection, now: datetime, stream_id: str, cutoff: date
         .where(partitions.c.updated_at < cutoff)
     )
     return result.rowcount
+
+
+def _insert(
+    conn: Connection,
+    now: datetime,
+    window: Window,
+    position: PartitionPosition,
+    reported_by: list[str],
+    state: PartitionState,
+) -> None:
+    """A partition the stream did not know, created by ``window`` at its start position."""
+    conn.execute(
+        insert(partitions).values(
+            stream_id=window.stream_id,
+            partition_id=position.partition_id,
+            parent_ids=dumps(list(position.parent_ids)),
+            reported_by=dumps(reported_by),
+            resume_position=position.resume_position,
+            start_ts=position.start,
+            watermark=position.start,
+            watermark_since=now,
+            state=state.value,
+            created_window=window.start,
+            finished_window=None,
+            updated_at=now,
+        )
+    )
 
 
 def _require_one_row(rowcount: int, window: Window, partition_id: str) -> None:

@@ -6,7 +6,8 @@ first run read, even after its partitions moved on or were purged.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Connection
@@ -22,17 +23,7 @@ _PLANNED = window_partitions.c.origin == "planned"
 
 def record(conn: Connection, window: Window, positions: Sequence[PartitionPosition]) -> None:
     for position in positions:
-        conn.execute(
-            insert(window_partitions).values(
-                stream_id=window.stream_id,
-                window_start=window.start,
-                partition_id=position.partition_id,
-                parent_ids=dumps(list(position.parent_ids)),
-                start_ts=position.start,
-                resume_position=position.resume_position,
-                origin="planned",
-            )
-        )
+        _insert(conn, window, position, "planned")
 
 
 def planned_positions(conn: Connection, window: Window) -> tuple[PartitionPosition, ...]:
@@ -74,18 +65,8 @@ def record_findings(conn: Connection, window: Window, changes: CommitChanges) ->
             )
             continue
         child = children_by_id[outcome.partition_id]
-        conn.execute(
-            insert(window_partitions).values(
-                stream_id=window.stream_id,
-                window_start=window.start,
-                partition_id=child.partition_id,
-                parent_ids=dumps(list(child.parent_ids)),
-                start_ts=child.start,
-                resume_position=None,
-                origin="child",
-                **found,
-            )
-        )
+        born = PartitionPosition(child.partition_id, child.start, None, child.parent_ids)
+        _insert(conn, window, born, "child", found)
 
 
 def list_plan(conn: Connection, window: Window) -> list[WindowPartitionRecord]:
@@ -95,3 +76,24 @@ def list_plan(conn: Connection, window: Window) -> list[WindowPartitionRecord]:
         .order_by(window_partitions.c.partition_id)
     )
     return [window_partition_record(row) for row in rows]
+
+
+def _insert(
+    conn: Connection,
+    window: Window,
+    position: PartitionPosition,
+    origin: str,
+    found: Mapping[str, Any] | None = None,
+) -> None:
+    conn.execute(
+        insert(window_partitions).values(
+            stream_id=window.stream_id,
+            window_start=window.start,
+            partition_id=position.partition_id,
+            parent_ids=dumps(list(position.parent_ids)),
+            start_ts=position.start,
+            resume_position=position.resume_position,
+            origin=origin,
+            **(found or {}),
+        )
+    )

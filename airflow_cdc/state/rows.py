@@ -6,6 +6,7 @@ immutable records of :mod:`airflow_cdc.state.records`; that reading lives here o
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 
 from sqlalchemy import select
@@ -28,6 +29,14 @@ def window_key(table, window: Window) -> tuple:
 
 def partition_key(stream_id: str, partition_id: str) -> tuple:
     return (partitions.c.stream_id == stream_id, partitions.c.partition_id == partition_id)
+
+
+def of_stream(table, stream_id: str, states: Iterable | None, state_type: type, order_by):
+    """The stream's rows of ``table`` in order, only those in ``states`` unless it is None."""
+    query = select(table).where(table.c.stream_id == stream_id)
+    if states is not None:
+        query = query.where(table.c.state.in_([state_type(s).value for s in states]))
+    return query.order_by(order_by)
 
 
 def window_row(conn: Connection, stream_id: str, start: datetime) -> Row | None:

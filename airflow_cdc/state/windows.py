@@ -28,7 +28,7 @@ from airflow_cdc.state.errors import (
 )
 from airflow_cdc.state.outcomes import resolve_commit
 from airflow_cdc.state.records import COMMITTED_OR_LATER, WindowPlan, WindowRecord, window_name
-from airflow_cdc.state.rows import name, window_record, window_row
+from airflow_cdc.state.rows import name, of_stream, window_record, window_row
 from airflow_cdc.state.tables import dumps, windows
 from airflow_cdc.state.transitions import (
     guarded_update,
@@ -264,10 +264,7 @@ def get(conn: Connection, stream_id: str, start: datetime) -> WindowRecord | Non
 def list_windows(
     conn: Connection, stream_id: str, states: Iterable[WindowState] | None
 ) -> list[WindowRecord]:
-    query = select(windows).where(windows.c.stream_id == stream_id)
-    if states is not None:
-        query = query.where(windows.c.state.in_([WindowState(s).value for s in states]))
-    rows = conn.execute(query.order_by(windows.c.window_start))
+    rows = conn.execute(of_stream(windows, stream_id, states, WindowState, windows.c.window_start))
     return [window_record(row) for row in rows]
 
 
