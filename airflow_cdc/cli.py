@@ -153,6 +153,14 @@ def cmd_inspect_window(args, out) -> int:
     return 0
 
 
+def confirmed(what: str, expected: str, out) -> bool:
+    """Whether the user typed ``expected`` (``what`` it is) to confirm a repair."""
+    if input(f"type {what} ({expected}) to confirm: ").strip() == expected:
+        return True
+    print("not confirmed: nothing was changed", file=out)
+    return False
+
+
 def cmd_reset_stream(args, out) -> int:
     store = open_store(args)
     if args.stream not in {s.stream_id for s in store.streams()}:
@@ -162,11 +170,8 @@ def cmd_reset_stream(args, out) -> int:
     print(f"reset-stream deletes every window ({len(windows)}), plan and partition of stream "
           f"{args.stream!r} in {store.url}. Its next run starts from the stream's beginning; "
           f"Iceberg tables are not touched.", file=out)
-    if not args.yes:
-        answer = input(f"type the stream id ({args.stream}) to confirm: ")
-        if answer.strip() != args.stream:
-            print("not confirmed: nothing was changed", file=out)
-            return 1
+    if not args.yes and not confirmed("the stream id", args.stream, out):
+        return 1
     store.reset_stream(args.stream)
     print(f"stream {args.stream!r} reset", file=out)
     return 0
@@ -200,11 +205,8 @@ def cmd_release_lease(args, out) -> int:
           f"{record.lease_owner!r} until {format_ts(expires)}. Releasing lets the next run of the "
           f"window take it over; if {record.lease_owner!r} is still running, its next step "
           f"fails and changes nothing.", file=out)
-    if not args.yes:
-        answer = input(f"type the holder ({record.lease_owner}) to confirm: ")
-        if answer.strip() != record.lease_owner:
-            print("not confirmed: nothing was changed", file=out)
-            return 1
+    if not args.yes and not confirmed("the holder", record.lease_owner, out):
+        return 1
     store.release_lease(record.window, record.lease_owner)
     print(f"released the lease of {record.lease_owner!r} on {name}", file=out)
     return 0
