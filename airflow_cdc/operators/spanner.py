@@ -102,7 +102,7 @@ class SpannerChangeStreamExtractOperator(CdcExtractOperator):
         self._resolved_project: str | None = None
 
     def source_datasets(self) -> list:
-        from airflow_cdc.lineage import spanner_change_stream_dataset
+        from airflow_cdc.assets import spanner_change_stream_dataset
 
         return [spanner_change_stream_dataset(self.stream.source_spec, self._resolved_project)]
 

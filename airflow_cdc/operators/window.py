@@ -328,7 +328,7 @@ class CdcSparkOperator(CdcWindowOperator):
 
     def job_conf(self, context) -> dict:
         """``spark_conf`` plus the OpenLineage parent-job properties of this task."""
-        from airflow_cdc.lineage import inject_parent_job
+        from airflow_cdc.assets import inject_parent_job
 
         conf = inject_parent_job(self.spark_conf, context)
         if "spark.openlineage.parentJobName" in conf:
@@ -339,7 +339,7 @@ class CdcSparkOperator(CdcWindowOperator):
         return conf
 
     def changelog_dataset(self):
-        from airflow_cdc.lineage import iceberg_datasets
+        from airflow_cdc.assets import iceberg_datasets
 
         return iceberg_datasets(self.iceberg_catalog, [self.stream_config.changelog_table])
 
@@ -362,7 +362,7 @@ class CdcExtractOperator(CdcSparkOperator):
 
     def get_openlineage_facets_on_complete(self, task_instance):
         """Lineage: the source stream in, the stream's Iceberg changelog out."""
-        from airflow_cdc.lineage import operator_lineage
+        from airflow_cdc.assets import operator_lineage
 
         return operator_lineage(self.source_datasets(), self.changelog_dataset())
 
@@ -579,7 +579,7 @@ class CdcApplyOperator(CdcSparkOperator):
         Targets are known once apply ran (a change stream may cover any table); before that,
         or for a skipped re-run, the declared ``targets.mapping`` is all there is.
         """
-        from airflow_cdc.lineage import iceberg_datasets, operator_lineage, target_tables
+        from airflow_cdc.assets import iceberg_datasets, operator_lineage, target_tables
 
         tables = self._applied_tables or [
             f"{ns}.{name}" for ns, name in target_tables(self.targets, None)

@@ -28,7 +28,7 @@ from airflow_cdc.pipeline.files import (
     window_dir,
     write_private,
 )
-from airflow_cdc.pipeline.lineage import PendingChild
+from airflow_cdc.pipeline.partition_lineage import PendingChild
 
 # Source spec keys that may hold secrets: never in plan files, fingerprints, logs or XCom.
 SECRET_KEYS = frozenset({"access_token", "password", "credentials", "token"})
