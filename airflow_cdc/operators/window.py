@@ -24,7 +24,7 @@ from airflow.providers.common.compat.sdk import (
 
 from airflow_cdc.hooks.state import DEFAULT_CONN_ID, CdcStateHook
 from airflow_cdc.model import Window, WindowState, ZeroWidthWindowError, format_ts
-from airflow_cdc.pipeline.protocol import StreamConfig, commit_window
+from airflow_cdc.pipeline.protocol import StreamConfig, commit_window, committed_window
 from airflow_cdc.spark.iceberg import IcebergCatalog
 
 # A window's lease: long enough for scheduling gaps between its tasks, short enough that a
@@ -374,10 +374,8 @@ class CdcExtractOperator(CdcSparkOperator):
         window = self.window(context)
         owner = run_owner(context)
         store = self.state_store()
-        record = store.get_window(window.stream_id, window.start)
-        if record is not None and record.committed:
-            # Re-run of a committed window: its changelog commit and outcomes are recorded;
-            # running the job again could only find its tag and write nothing (I1).
+        record = committed_window(store, window)
+        if record is not None:
             self.log.info("window %s is already %s: nothing to extract", window.window_id,
                           record.state.value)
             return {**window_summary(record), "skipped": True}

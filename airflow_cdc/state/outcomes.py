@@ -12,7 +12,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from airflow_cdc.model import ChildPartition, PartitionOutcome, PartitionState, Window, format_ts
+from airflow_cdc.model import (
+    ChildPartition,
+    PartitionOutcome,
+    PartitionState,
+    Window,
+    all_parents_reported,
+    format_ts,
+)
 from airflow_cdc.state.errors import OutcomeError, WatermarkRegressionError
 from airflow_cdc.state.records import PartitionRecord, window_name
 
@@ -116,7 +123,7 @@ def resolve_commit(
         child, reporters = reports[child_id]
         row = stored.get(child_id)
         reported_by = set(reporters) | (set(row.reported_by) if row is not None else set())
-        complete = reported_by >= set(child.parent_ids)
+        complete = all_parents_reported(child.parent_ids, reported_by)
         all_reported[child_id] = complete
         if row is None or row.state == PartitionState.CREATED:
             new_state = PartitionState.READY if complete else PartitionState.CREATED

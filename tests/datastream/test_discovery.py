@@ -10,9 +10,14 @@ from airflow_cdc.model import PartitionOutcome
 from airflow_cdc.pipeline.files import WindowOutcomeFile, write_private
 from airflow_cdc.pipeline.protocol import StreamConfig
 from airflow_cdc.sources.datastream import PROGRESS_PARTITION
-from airflow_cdc.sources.datastream.discovery import EventFile, list_local_files, settled_files
-from airflow_cdc.pipeline.protocol import commit_window
-from airflow_cdc.sources.datastream.window import plan_datastream_window
+from airflow_cdc.sources.datastream.discovery import (
+    EventFile,
+    file_partitions,
+    list_local_files,
+    settled_files,
+)
+from airflow_cdc.pipeline.protocol import commit_window, plan_window
+from airflow_cdc.sources.datastream.plan import initial_positions, plan_options
 from airflow_cdc.state import StateStore
 
 from .support import at, window
@@ -38,8 +43,15 @@ def listed(*names: str) -> list[EventFile]:
 
 
 def plan(store, config, index, files, owner="run"):
-    return plan_datastream_window(store, config, window(index), f"{owner}-{index}", 600, files,
-                                  window(index).end, "lake", LATENESS, None)
+    win = window(index)
+    return plan_window(
+        store, config, win, f"{owner}-{index}", 600, initial_positions(win), "lake",
+        new_partitions=file_partitions(files, win.start),
+        plan_options=lambda kept: plan_options(
+            kept, planned_at=win.end, allowed_lateness=LATENESS, idle_timeout=None,
+            dead_letter_table=f"lake.{config.dead_letter_table}",
+        ),
+    )
 
 
 def finish(store, config, index, plan_file, owner="run"):
