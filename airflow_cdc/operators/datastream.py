@@ -28,13 +28,12 @@ from airflow.providers.common.compat.sdk import TaskGroup
 
 from airflow_cdc.hooks.state import DEFAULT_CONN_ID
 from airflow_cdc.model import format_ts, validate_identifier
+from airflow_cdc.operators.task_context import run_owner, window_summary
 from airflow_cdc.operators.window import (
     DEFAULT_LEASE_SECONDS,
     CdcCommitWindowOperator,
     CdcExtractOperator,
     CdcPlanOperator,
-    run_owner,
-    window_summary,
 )
 from airflow_cdc.pipeline.protocol import StreamConfig
 from airflow_cdc.sensors.gate import CdcWindowCompleteSensor

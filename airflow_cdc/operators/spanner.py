@@ -9,11 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_cdc.operators.window import (
-    CdcExtractOperator,
-    CdcWindowOperator,
-    run_owner,
-)
+from airflow_cdc.operators.task_context import run_owner
+from airflow_cdc.operators.window import CdcExtractOperator, CdcWindowOperator
 from airflow_cdc.pipeline.protocol import StreamConfig, plan_window
 from airflow_cdc.sources.spanner.query import GOOGLE_SQL, INITIAL_PARTITION, build_query
 from airflow_cdc.model import PartitionPosition, validate_identifier

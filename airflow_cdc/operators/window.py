@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,15 @@ from airflow.providers.common.compat.sdk import (
 )
 
 from airflow_cdc.hooks.state import DEFAULT_CONN_ID, CdcStateHook
-from airflow_cdc.model import Window, WindowState, ZeroWidthWindowError, format_ts
+from airflow_cdc.model import Window, WindowState, format_ts
+from airflow_cdc.operators.task_context import (
+    default_deferrable,
+    mirror_task_progress,
+    run_is_finished,
+    run_owner,
+    window_from_context,
+    window_summary,
+)
 from airflow_cdc.pipeline.protocol import StreamConfig, commit_window, committed_window
 from airflow_cdc.spark.iceberg import IcebergCatalog
 
@@ -31,8 +39,6 @@ from airflow_cdc.spark.iceberg import IcebergCatalog
 # run killed holding it blocks a re-run for minutes, not hours. Spark steps renew it every
 # third of its length while they run (kept_lease), and each step renews it when it starts.
 DEFAULT_LEASE_SECONDS = 10 * 60
-# Airflow DAG run states after which a run can no longer act on its window.
-FINISHED_RUN_STATES = frozenset({"success", "failed"})
 
 
 def default_work_root() -> str:
@@ -42,41 +48,6 @@ def default_work_root() -> str:
         return configured
     home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
     return str(Path(home) / "cdc_work")
-
-
-def window_from_context(stream_id: str, context: Mapping[str, Any]) -> Window:
-    """The DAG run's window; a zero-width data interval is refused with the fix."""
-    start, end = context.get("data_interval_start"), context.get("data_interval_end")
-    if start is None or end is None:
-        raise AirflowFailException(
-            f"stream {stream_id!r}: this DAG run has no data interval; CDC pipelines need one: "
-            f"schedule the DAG with CronDataIntervalTimetable or DeltaDataIntervalTimetable"
-        )
-    try:
-        return Window(stream_id, start, end)
-    except ZeroWidthWindowError as error:
-        raise AirflowFailException(str(error)) from error
-
-
-def run_owner(context: Mapping[str, Any]) -> str:
-    """The lease owner: one DAG run."""
-    return f"{context['dag'].dag_id}/{context['run_id']}"
-
-
-def run_is_finished(context: Mapping[str, Any], owner: str | None) -> bool:
-    """Whether the DAG run ``owner`` (``dag_id/run_id``, see :func:`run_owner`) has finished.
-
-    Asked through the Task SDK (tasks never read Airflow's database). A run that cannot be
-    looked up counts as running: a lease is only ever taken from a run proven finished.
-    """
-    if not owner or "/" not in owner or context.get("ti") is None:
-        return False
-    dag_id, run_id = owner.split("/", 1)
-    try:
-        state = context["ti"].get_dagrun_state(dag_id=dag_id, run_id=run_id)
-    except Exception:  # noqa: BLE001 - unknown means "maybe running": keep the lease
-        return False
-    return str(getattr(state, "value", state)).lower() in FINISHED_RUN_STATES
 
 
 @contextmanager
@@ -105,26 +76,6 @@ def kept_lease(store, window: Window, owner: str, lease_seconds: float, log=None
     finally:
         stop.set()
         keeper.join(timeout=30)
-
-
-def mirror_task_progress(context: Mapping[str, Any], step: str, progress: Mapping) -> None:
-    """Airflow >= 3.3: the step's window progress in ``task_state_store`` (key ``cdc_<step>``).
-
-    A mirror for the UI and API only: the state store stays authoritative (task state is
-    per task instance and may expire), so a failure to write it is logged, not raised.
-    """
-    store = context.get("task_state_store")
-    if store is None:
-        return
-    value = json.loads(json.dumps(dict(progress), default=str))
-    try:
-        store.set(f"cdc_{step}", value)
-    except Exception as error:  # a mirror: never fail a data step for it
-        import logging
-
-        logging.getLogger(__name__).warning(
-            "could not mirror %s progress into task_state_store: %s", step, error
-        )
 
 
 class CdcWindowOperator(BaseOperator):
@@ -208,8 +159,6 @@ class CdcPlanOperator(CdcWindowOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        from airflow_cdc.sensors.gate import default_deferrable
-
         self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
         self.wait_poke_interval = float(wait_poke_interval)
         self.wait_timeout = float(wait_timeout)
@@ -447,26 +396,6 @@ def log_partition_progress(log, store, window: Window) -> None:
             row.partition_id[:48], row.records if row.records is not None else "?",
             format_ts(watermark), lag, ", finished" if row.finished else "",
         )
-
-
-def window_summary(record) -> dict:
-    """The small XCom summary of a window (never tokens: the state store is authoritative)."""
-    counts = dict(record.counts or {})
-    return {
-        "stream": record.stream_id,
-        "window_start": format_ts(record.start),
-        "window_end": format_ts(record.end),
-        "state": str(getattr(record.state, "value", record.state)),
-        "partitions": counts.get("partitions"),
-        "children": counts.get("children"),
-        "finished": counts.get("finished"),
-        "records": counts.get("records"),
-        "changes": counts.get("changes"),
-        "transactions": counts.get("transactions"),
-        "low_watermark": format_ts(record.low_watermark) if record.low_watermark else None,
-        "changelog_snapshot_id": record.changelog_snapshot_id,
-        "target_snapshot_ids": dict(record.target_snapshot_ids or {}),
-    }
 
 
 class CdcApplyOperator(CdcSparkOperator):
