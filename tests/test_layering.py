@@ -6,7 +6,8 @@ Libraries, checked by importing each module in a fresh interpreter:
 * ``airflow_cdc.model``, ``.sources``, ``.state``, ``.pipeline`` import neither airflow nor
   pyspark (Spark executors import them without Airflow; DAG parsing must not start a JVM);
 * ``airflow_cdc.spark`` imports no airflow at module level (executors unpack it too);
-* Airflow-side modules (hooks, operators, sensors, triggers) import no pyspark at module level;
+* Airflow-side modules (assets, hooks, operators, sensors, triggers) import no pyspark at
+  module level;
 * ``spark_jobs`` imports no airflow.
 
 Each module is imported alone in a new interpreter and ``sys.modules`` is inspected, so an
@@ -15,24 +16,29 @@ indirect import through another module is caught too.
 Direction, checked by reading every ``import`` and ``from ... import`` statement (at module
 level and inside functions) of ``airflow_cdc`` and ``spark_jobs``: a module imports only its
 own layer and the layers below it (:data:`LAYERS`, each layer naming those directly below;
-the rest follows). Layers side by side (``sources``, ``state``, ``spark``, ``emulators``)
-never import each other. From the bottom::
+the rest follows). Layer by layer, with the layers directly below it::
 
-    model                                   the shared values
-    sources   state   spark   emulators     adapters and column types; metadata tables; Spark
-                                            launch and Iceberg config; local gRPC servers
-    pipeline                                the window protocol (may use sources and state)
-    hooks                                   connections (state store, source clients)
-    triggers                                deferral in the triggerer (uses hooks)
-    assets                                  Airflow Assets and OpenLineage datasets (uses spark)
-    operators.task_context                  the run's window, summary, deferral default
-    sensors                                 the gate (uses triggers and task_context)
-    operators                               the protocol's tasks and TaskGroup factories
-    cli   spark_jobs   demo                 entry points: the command line, Spark jobs, demos
+    model                    nothing: the shared values
+    sources                  model: adapters and the canonical column types
+    state                    model: the metadata tables
+    spark                    model: job specs, runners, Iceberg configuration
+    emulators                model: local gRPC servers
+    pipeline                 sources, state: the window protocol
+    hooks                    pipeline: connections (state store, source clients)
+    triggers                 hooks: waiting in the triggerer
+    assets                   spark: Airflow Assets and OpenLineage datasets
+    operators.task_context   model: the run's window, summary and deferral default
+    sensors                  triggers, operators.task_context: the gate
+    operators                sensors, assets, spark: the protocol's tasks and TaskGroups
+    cli                      hooks: the command line
+    spark_jobs               pipeline, spark: Spark entry points (never the Airflow side)
+    demo                     operators, emulators, cli: the demos
 
-``spark_jobs`` sits on the pipeline and spark only (never the Airflow side); ``demo`` may use
-everything. ``airflow_cdc`` itself (the provider-info ``__init__``) imports only the model.
+So ``sources``, ``state``, ``spark`` and ``emulators`` sit side by side and never import each
+other; a sensor shares only ``operators.task_context`` with the operators. ``airflow_cdc``
+itself (the provider-info ``__init__``) imports only the model, and any module may import it.
 """
+
 from __future__ import annotations
 
 import ast
@@ -54,6 +60,7 @@ RULES = {
     "airflow_cdc.state": ("airflow", "pyspark"),
     "airflow_cdc.pipeline": ("airflow", "pyspark"),
     "airflow_cdc.spark": ("airflow", "pyspark"),
+    "airflow_cdc.assets": ("pyspark",),
     "airflow_cdc.hooks": ("pyspark",),
     "airflow_cdc.operators": ("pyspark",),
     "airflow_cdc.sensors": ("pyspark",),
