@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import re
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -217,6 +218,18 @@ class ChildPartition:
         object.__setattr__(self, "parent_ids", tuple(self.parent_ids))
 
 
+def all_parents_reported(parent_ids: Iterable[str], reported_by: Iterable[str]) -> bool:
+    """Whether a child partition may be read: every one of its parents has reported it.
+
+    The protocol's child rule (seed 000, "query workflow"): a child with several parents (a
+    Spanner merge) is read once, after its last parent reported it, so the records of a key
+    are read in commit timestamp order across the split or merge. The extract's rounds
+    (:mod:`airflow_cdc.pipeline.partition_lineage`) and the state store's commit
+    (:mod:`airflow_cdc.state.outcomes`) both decide with this one function.
+    """
+    return set(parent_ids) <= set(reported_by)
+
+
 @dataclass(frozen=True)
 class PartitionOutcome:
     """What reading one partition in one window found.
@@ -235,6 +248,22 @@ class PartitionOutcome:
     def __post_init__(self) -> None:
         object.__setattr__(self, "watermark", ensure_utc("partition watermark", self.watermark))
         object.__setattr__(self, "children", tuple(self.children))
+
+
+@dataclass(frozen=True)
+class Readiness:
+    """Step 0 of the protocol: whether a window may be planned now, and if not, why not.
+
+    A DAG run for ``[s, e)`` starts at ``e``, but a source's evidence for the window can
+    arrive later (Datastream's allowed lateness). Planning waits until it can exist, so the
+    window reads it and its gate can open; ``retry_at`` is the earliest instant asking again
+    can change the answer (None: poll). A plain value, so sources can answer with it and the
+    pipeline and the Airflow side act on it.
+    """
+
+    ready: bool
+    reason: str
+    retry_at: datetime | None = None
 
 
 # --- ordering keys -------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 
 from airflow.sdk import DAG, task
 
-from airflow_cdc.lineage import iceberg_asset
+from airflow_cdc.assets import iceberg_asset
 
 ACCOUNTS = iceberg_asset(os.environ.get("CDC_CONSUMER_TABLE", "current.Accounts"))
 

@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from airflow.sdk import DAG, task
 from airflow.timetables.interval import DeltaDataIntervalTimetable
 
-from airflow_cdc.lineage import iceberg_asset
+from airflow_cdc.assets import iceberg_asset
 from airflow_cdc.sensors.gate import CdcWindowCompleteSensor
 
 STREAM = os.environ.get("CDC_GATE_STREAM", "allchanges")

@@ -23,7 +23,7 @@ from datetime import timedelta
 
 from airflow_cdc.model import CHANGELOG_COLUMNS, change_row_to_record, format_ts
 from airflow_cdc.pipeline.files import WindowOutcomeFile, WindowPlanFile
-from airflow_cdc.pipeline.lineage import WindowLineage, check_transactions, run_rounds
+from airflow_cdc.pipeline.partition_lineage import WindowLineage, check_transactions, run_rounds
 from airflow_cdc.sources.registry import build_source
 
 _SOURCES: dict[str, object] = {}

@@ -1,17 +1,47 @@
-"""The import rules of ARCHITECTURE.md, checked by importing each module in a fresh interpreter.
+"""The import rules of ARCHITECTURE.md: which libraries each layer may load, and which way
+imports run inside the package.
+
+Libraries, checked by importing each module in a fresh interpreter:
 
 * ``airflow_cdc.model``, ``.sources``, ``.state``, ``.pipeline`` import neither airflow nor
   pyspark (Spark executors import them without Airflow; DAG parsing must not start a JVM);
 * ``airflow_cdc.spark`` imports no airflow at module level (executors unpack it too);
-* Airflow-side modules (hooks, operators, sensors, triggers) import no pyspark at module level;
+* Airflow-side modules (assets, hooks, operators, sensors, triggers) import no pyspark at
+  module level;
 * ``spark_jobs`` imports no airflow.
 
 Each module is imported alone in a new interpreter and ``sys.modules`` is inspected, so an
 indirect import through another module is caught too.
+
+Direction, checked by reading every ``import`` and ``from ... import`` statement (at module
+level and inside functions) of ``airflow_cdc`` and ``spark_jobs``: a module imports only its
+own layer and the layers below it (:data:`LAYERS`, each layer naming those directly below;
+the rest follows). Layer by layer, with the layers directly below it::
+
+    model                    nothing: the shared values
+    sources                  model: adapters and the canonical column types
+    state                    model: the metadata tables
+    spark                    model: job specs, runners, Iceberg configuration
+    emulators                model: local gRPC servers
+    pipeline                 sources, state: the window protocol
+    hooks                    pipeline: connections (state store, source clients)
+    triggers                 hooks: waiting in the triggerer
+    assets                   spark: Airflow Assets and OpenLineage datasets
+    operators.task_context   model: the run's window, summary and deferral default
+    sensors                  triggers, operators.task_context: the gate
+    operators                sensors, assets, spark: the protocol's tasks and TaskGroups
+    cli                      hooks: the command line
+    spark_jobs               pipeline, spark: Spark entry points (never the Airflow side)
+    demo                     operators, emulators, cli: the demos
+
+So ``sources``, ``state``, ``spark`` and ``emulators`` sit side by side and never import each
+other; a sensor shares only ``operators.task_context`` with the operators. ``airflow_cdc``
+itself (the provider-info ``__init__``) imports only the model, and any module may import it.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -30,6 +60,7 @@ RULES = {
     "airflow_cdc.state": ("airflow", "pyspark"),
     "airflow_cdc.pipeline": ("airflow", "pyspark"),
     "airflow_cdc.spark": ("airflow", "pyspark"),
+    "airflow_cdc.assets": ("pyspark",),
     "airflow_cdc.hooks": ("pyspark",),
     "airflow_cdc.operators": ("pyspark",),
     "airflow_cdc.sensors": ("pyspark",),
@@ -107,3 +138,118 @@ def test_layer_check_catches_an_indirect_forbidden_import(tmp_path):
 @pytest.mark.parametrize("layer", sorted(RULES))
 def test_each_layer_has_modules_to_check(layer):
     assert modules_under(ROOT, layer), f"{layer} has no modules: the rule would check nothing"
+
+
+# --- direction inside the package -------------------------------------------------------------
+# layer -> (module prefixes it covers, layers directly below it). The longest prefix wins, so
+# ``airflow_cdc.operators.task_context`` sits below the sensors while ``airflow_cdc.operators``
+# sits above them.
+LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "model": (("airflow_cdc.model",), ()),
+    "package": ((), ("model",)),  # airflow_cdc/__init__.py itself (see layer_of)
+    "sources": (("airflow_cdc.sources",), ("model",)),
+    "state": (("airflow_cdc.state",), ("model",)),
+    "spark": (("airflow_cdc.spark",), ("model",)),
+    "emulators": (("airflow_cdc.emulators",), ("model",)),
+    "pipeline": (("airflow_cdc.pipeline",), ("sources", "state")),
+    "hooks": (("airflow_cdc.hooks",), ("pipeline",)),
+    "triggers": (("airflow_cdc.triggers",), ("hooks",)),
+    "assets": (("airflow_cdc.assets",), ("spark",)),
+    "task_context": (("airflow_cdc.operators.task_context",), ("model",)),
+    "sensors": (("airflow_cdc.sensors",), ("triggers", "task_context")),
+    "operators": (("airflow_cdc.operators",), ("sensors", "assets", "spark")),
+    "cli": (("airflow_cdc.cli",), ("hooks",)),
+    "spark_jobs": (("spark_jobs",), ("pipeline", "spark")),
+    "demo": (("airflow_cdc.demo",), ("operators", "emulators", "cli")),
+}
+
+
+# The package's own ``__init__`` (provider info, import-light) is the layer "package".
+PACKAGE_ROOT = "airflow_cdc"
+
+
+def layer_of(module: str, layers=LAYERS) -> str | None:
+    """The layer of a dotted module name (longest matching prefix), None outside all layers."""
+    if module == PACKAGE_ROOT:
+        return "package"
+    best, length = None, -1
+    for layer, (prefixes, _below) in layers.items():
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > length:
+                best, length = layer, len(prefix)
+    return best
+
+
+def reachable(layer: str, layers=LAYERS) -> set[str]:
+    """The layer itself and every layer below it."""
+    seen, todo = set(), [layer]
+    while todo:
+        current = todo.pop()
+        if current not in seen:
+            seen.add(current)
+            todo.extend(layers[current][1])
+    return seen
+
+
+def imported_modules(file: Path, module: str) -> list[tuple[int, str]]:
+    """(line, dotted name) of every import statement in the file, wherever it stands."""
+    is_package = file.name == "__init__.py"
+    found = []
+    for node in ast.walk(ast.parse(file.read_text(), str(file))):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against the importing module's package
+                package = module.split(".")
+                package = package[: len(package) - node.level + (1 if is_package else 0)]
+                base = ".".join(package + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            # ``from pkg import name`` may import the submodule pkg.name: judge the deeper one
+            found.extend((node.lineno, f"{base}.{alias.name}") for alias in node.names)
+    return found
+
+
+def upward_imports(root: Path, packages=("airflow_cdc", "spark_jobs"), layers=LAYERS) -> list[str]:
+    """``module:line imports name (layer -> higher layer)`` for each import against the order."""
+    found = []
+    for package in packages:
+        for module in modules_under(root, package):
+            importer = layer_of(module, layers)
+            if importer is None:
+                continue
+            path = root / Path(*module.split("."))
+            file = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+            # Every module may import the package root: it holds the provider info only.
+            allowed = reachable(importer, layers) | {"package"}
+            for line, name in imported_modules(file, module):
+                target = layer_of(name, layers)
+                if target is not None and target not in allowed:
+                    found.append(f"{module}:{line} imports {name} ({importer} -> {target})")
+    return found
+
+
+def test_imports_run_only_downward_between_layers():
+    found = upward_imports(ROOT)
+    assert found == [], "imports against the layer order of this module's docstring:\n" + (
+        "\n".join(found)
+    )
+
+
+def test_every_package_module_has_a_layer():
+    unplaced = [m for m in modules_under(ROOT, "airflow_cdc") if layer_of(m) is None]
+    assert unplaced == [], f"modules outside every layer (add them to LAYERS): {unplaced}"
+
+
+def test_direction_check_catches_an_upward_import_inside_a_function(tmp_path):
+    pkg = tmp_path / "fake_pkg"
+    (pkg / "high").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "low.py").write_text("def f():\n    from fake_pkg.high import thing\n")
+    (pkg / "high" / "__init__.py").write_text("from ..low import f\n")
+    layers = {
+        "low": (("fake_pkg.low",), ()),
+        "high": (("fake_pkg.high",), ("low",)),
+    }
+    found = upward_imports(tmp_path, ("fake_pkg",), layers)
+    assert found == ["fake_pkg.low:2 imports fake_pkg.high.thing (low -> high)"]

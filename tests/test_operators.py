@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from airflow_cdc.operators.window import window_from_context
+from airflow_cdc.operators.task_context import window_from_context
 
 T = datetime(2024, 5, 1, 9, 0, tzinfo=timezone.utc)
 

@@ -28,13 +28,12 @@ from airflow.providers.common.compat.sdk import TaskGroup
 
 from airflow_cdc.hooks.state import DEFAULT_CONN_ID
 from airflow_cdc.model import format_ts, validate_identifier
+from airflow_cdc.operators.task_context import run_owner, window_summary
 from airflow_cdc.operators.window import (
     DEFAULT_LEASE_SECONDS,
     CdcCommitWindowOperator,
     CdcExtractOperator,
     CdcPlanOperator,
-    run_owner,
-    window_summary,
 )
 from airflow_cdc.pipeline.protocol import StreamConfig
 from airflow_cdc.sensors.gate import CdcWindowCompleteSensor
@@ -141,7 +140,8 @@ class DatastreamWindowProbe:
 
     def check(self, now: datetime):
         from airflow_cdc.hooks.state import CdcStateHook
-        from airflow_cdc.pipeline.protocol import Readiness, predecessor_readiness
+        from airflow_cdc.model import Readiness
+        from airflow_cdc.pipeline.protocol import predecessor_readiness
         from airflow_cdc.sources.datastream import PROGRESS_PARTITION
 
         if self._store is None:
@@ -226,8 +226,9 @@ class DatastreamPlanOperator(CdcPlanOperator):
 
     def plan(self, context) -> dict:
         from airflow_cdc.hooks.datastream import DatastreamFilesHook
-        from airflow_cdc.sources.datastream.discovery import settled_files
-        from airflow_cdc.sources.datastream.window import plan_datastream_window
+        from airflow_cdc.pipeline.protocol import plan_window
+        from airflow_cdc.sources.datastream.discovery import file_partitions, settled_files
+        from airflow_cdc.sources.datastream.plan import initial_positions, plan_options
 
         config = self.stream_config
         window = self.window(context)
@@ -237,18 +238,28 @@ class DatastreamPlanOperator(CdcPlanOperator):
         ).list_event_files(config.source_spec["prefix"])
         files = settled_files(listed, now, self.settle_seconds)
         store = self.state_store()
-        plan = self.open_window(context, store, window, lambda: plan_datastream_window(
+
+        def options(kept):
+            return plan_options(
+                kept,
+                planned_at=now,
+                allowed_lateness=timedelta(seconds=self.allowed_lateness_seconds),
+                idle_timeout=None if self.idle_timeout_seconds is None
+                else timedelta(seconds=self.idle_timeout_seconds),
+                dead_letter_table=f"{self.iceberg_catalog.name}.{config.dead_letter_table}",
+                source_primary_keys=self.look_up_primary_keys if self.key_lookup_tables else None,
+            )
+
+        plan = self.open_window(context, store, window, lambda: plan_window(
             store,
             config,
             window,
             run_owner(context),
             self.lease_seconds,
-            files,
-            now,
+            initial_positions(window),
             self.iceberg_catalog.name,
-            timedelta(seconds=self.allowed_lateness_seconds),
-            None if self.idle_timeout_seconds is None else timedelta(seconds=self.idle_timeout_seconds),
-            self.look_up_primary_keys if self.key_lookup_tables else None,
+            new_partitions=file_partitions(files, window.start),
+            plan_options=options,
         ))
         return {
             "window_id": window.window_id,

@@ -89,7 +89,7 @@ def protocol_group(
     Every source's factory builds its ``StreamConfig`` and step classes, then calls this,
     so the wiring, the shared arguments and the gate's Assets are the same for all.
     """
-    from airflow_cdc.lineage import pipeline_assets
+    from airflow_cdc.assets import pipeline_assets
 
     common = dict(
         stream=stream,
@@ -164,7 +164,7 @@ def SpannerChangeStreamPipeline(  # noqa: N802 - a factory named like the group 
     ``deferrable`` (default: ``[operators] default_deferrable``) makes the gate wait in the
     triggerer instead of a worker slot. The gate's outlets are Airflow Assets for the
     stream's changelog and for the target of every table in ``source_tables`` and
-    ``targets["mapping"]`` (see :func:`airflow_cdc.lineage.pipeline_assets`); each window
+    ``targets["mapping"]`` (see :func:`airflow_cdc.assets.pipeline_assets`); each window
     that completes emits one event per asset, with the window's bounds, low watermark,
     counts and snapshot ids as extra.
     """

@@ -9,11 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_cdc.operators.window import (
-    CdcExtractOperator,
-    CdcWindowOperator,
-    run_owner,
-)
+from airflow_cdc.operators.task_context import run_owner
+from airflow_cdc.operators.window import CdcExtractOperator, CdcWindowOperator
 from airflow_cdc.pipeline.protocol import StreamConfig, plan_window
 from airflow_cdc.sources.spanner.query import GOOGLE_SQL, INITIAL_PARTITION, build_query
 from airflow_cdc.model import PartitionPosition, validate_identifier
@@ -102,7 +99,7 @@ class SpannerChangeStreamExtractOperator(CdcExtractOperator):
         self._resolved_project: str | None = None
 
     def source_datasets(self) -> list:
-        from airflow_cdc.lineage import spanner_change_stream_dataset
+        from airflow_cdc.assets import spanner_change_stream_dataset
 
         return [spanner_change_stream_dataset(self.stream.source_spec, self._resolved_project)]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -23,16 +23,22 @@ from airflow.providers.common.compat.sdk import (
 )
 
 from airflow_cdc.hooks.state import DEFAULT_CONN_ID, CdcStateHook
-from airflow_cdc.model import Window, WindowState, ZeroWidthWindowError, format_ts
-from airflow_cdc.pipeline.protocol import StreamConfig, commit_window
+from airflow_cdc.model import Window, WindowState, format_ts
+from airflow_cdc.operators.task_context import (
+    default_deferrable,
+    mirror_task_progress,
+    run_is_finished,
+    run_owner,
+    window_from_context,
+    window_summary,
+)
+from airflow_cdc.pipeline.protocol import StreamConfig, commit_window, committed_window
 from airflow_cdc.spark.iceberg import IcebergCatalog
 
 # A window's lease: long enough for scheduling gaps between its tasks, short enough that a
 # run killed holding it blocks a re-run for minutes, not hours. Spark steps renew it every
 # third of its length while they run (kept_lease), and each step renews it when it starts.
 DEFAULT_LEASE_SECONDS = 10 * 60
-# Airflow DAG run states after which a run can no longer act on its window.
-FINISHED_RUN_STATES = frozenset({"success", "failed"})
 
 
 def default_work_root() -> str:
@@ -42,41 +48,6 @@ def default_work_root() -> str:
         return configured
     home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
     return str(Path(home) / "cdc_work")
-
-
-def window_from_context(stream_id: str, context: Mapping[str, Any]) -> Window:
-    """The DAG run's window; a zero-width data interval is refused with the fix."""
-    start, end = context.get("data_interval_start"), context.get("data_interval_end")
-    if start is None or end is None:
-        raise AirflowFailException(
-            f"stream {stream_id!r}: this DAG run has no data interval; CDC pipelines need one: "
-            f"schedule the DAG with CronDataIntervalTimetable or DeltaDataIntervalTimetable"
-        )
-    try:
-        return Window(stream_id, start, end)
-    except ZeroWidthWindowError as error:
-        raise AirflowFailException(str(error)) from error
-
-
-def run_owner(context: Mapping[str, Any]) -> str:
-    """The lease owner: one DAG run."""
-    return f"{context['dag'].dag_id}/{context['run_id']}"
-
-
-def run_is_finished(context: Mapping[str, Any], owner: str | None) -> bool:
-    """Whether the DAG run ``owner`` (``dag_id/run_id``, see :func:`run_owner`) has finished.
-
-    Asked through the Task SDK (tasks never read Airflow's database). A run that cannot be
-    looked up counts as running: a lease is only ever taken from a run proven finished.
-    """
-    if not owner or "/" not in owner or context.get("ti") is None:
-        return False
-    dag_id, run_id = owner.split("/", 1)
-    try:
-        state = context["ti"].get_dagrun_state(dag_id=dag_id, run_id=run_id)
-    except Exception:  # noqa: BLE001 - unknown means "maybe running": keep the lease
-        return False
-    return str(getattr(state, "value", state)).lower() in FINISHED_RUN_STATES
 
 
 @contextmanager
@@ -105,26 +76,6 @@ def kept_lease(store, window: Window, owner: str, lease_seconds: float, log=None
     finally:
         stop.set()
         keeper.join(timeout=30)
-
-
-def mirror_task_progress(context: Mapping[str, Any], step: str, progress: Mapping) -> None:
-    """Airflow >= 3.3: the step's window progress in ``task_state_store`` (key ``cdc_<step>``).
-
-    A mirror for the UI and API only: the state store stays authoritative (task state is
-    per task instance and may expire), so a failure to write it is logged, not raised.
-    """
-    store = context.get("task_state_store")
-    if store is None:
-        return
-    value = json.loads(json.dumps(dict(progress), default=str))
-    try:
-        store.set(f"cdc_{step}", value)
-    except Exception as error:  # a mirror: never fail a data step for it
-        import logging
-
-        logging.getLogger(__name__).warning(
-            "could not mirror %s progress into task_state_store: %s", step, error
-        )
 
 
 class CdcWindowOperator(BaseOperator):
@@ -208,8 +159,6 @@ class CdcPlanOperator(CdcWindowOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        from airflow_cdc.sensors.gate import default_deferrable
-
         self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
         self.wait_poke_interval = float(wait_poke_interval)
         self.wait_timeout = float(wait_timeout)
@@ -328,7 +277,7 @@ class CdcSparkOperator(CdcWindowOperator):
 
     def job_conf(self, context) -> dict:
         """``spark_conf`` plus the OpenLineage parent-job properties of this task."""
-        from airflow_cdc.lineage import inject_parent_job
+        from airflow_cdc.assets import inject_parent_job
 
         conf = inject_parent_job(self.spark_conf, context)
         if "spark.openlineage.parentJobName" in conf:
@@ -339,7 +288,7 @@ class CdcSparkOperator(CdcWindowOperator):
         return conf
 
     def changelog_dataset(self):
-        from airflow_cdc.lineage import iceberg_datasets
+        from airflow_cdc.assets import iceberg_datasets
 
         return iceberg_datasets(self.iceberg_catalog, [self.stream_config.changelog_table])
 
@@ -362,7 +311,7 @@ class CdcExtractOperator(CdcSparkOperator):
 
     def get_openlineage_facets_on_complete(self, task_instance):
         """Lineage: the source stream in, the stream's Iceberg changelog out."""
-        from airflow_cdc.lineage import operator_lineage
+        from airflow_cdc.assets import operator_lineage
 
         return operator_lineage(self.source_datasets(), self.changelog_dataset())
 
@@ -374,10 +323,8 @@ class CdcExtractOperator(CdcSparkOperator):
         window = self.window(context)
         owner = run_owner(context)
         store = self.state_store()
-        record = store.get_window(window.stream_id, window.start)
-        if record is not None and record.committed:
-            # Re-run of a committed window: its changelog commit and outcomes are recorded;
-            # running the job again could only find its tag and write nothing (I1).
+        record = committed_window(store, window)
+        if record is not None:
             self.log.info("window %s is already %s: nothing to extract", window.window_id,
                           record.state.value)
             return {**window_summary(record), "skipped": True}
@@ -449,26 +396,6 @@ def log_partition_progress(log, store, window: Window) -> None:
             row.partition_id[:48], row.records if row.records is not None else "?",
             format_ts(watermark), lag, ", finished" if row.finished else "",
         )
-
-
-def window_summary(record) -> dict:
-    """The small XCom summary of a window (never tokens: the state store is authoritative)."""
-    counts = dict(record.counts or {})
-    return {
-        "stream": record.stream_id,
-        "window_start": format_ts(record.start),
-        "window_end": format_ts(record.end),
-        "state": str(getattr(record.state, "value", record.state)),
-        "partitions": counts.get("partitions"),
-        "children": counts.get("children"),
-        "finished": counts.get("finished"),
-        "records": counts.get("records"),
-        "changes": counts.get("changes"),
-        "transactions": counts.get("transactions"),
-        "low_watermark": format_ts(record.low_watermark) if record.low_watermark else None,
-        "changelog_snapshot_id": record.changelog_snapshot_id,
-        "target_snapshot_ids": dict(record.target_snapshot_ids or {}),
-    }
 
 
 class CdcApplyOperator(CdcSparkOperator):
@@ -579,7 +506,7 @@ class CdcApplyOperator(CdcSparkOperator):
         Targets are known once apply ran (a change stream may cover any table); before that,
         or for a skipped re-run, the declared ``targets.mapping`` is all there is.
         """
-        from airflow_cdc.lineage import iceberg_datasets, operator_lineage, target_tables
+        from airflow_cdc.assets import iceberg_datasets, operator_lineage, target_tables
 
         tables = self._applied_tables or [
             f"{ns}.{name}" for ns, name in target_tables(self.targets, None)

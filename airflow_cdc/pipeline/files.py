@@ -20,7 +20,7 @@ from airflow_cdc.model import (
     format_ts,
     parse_ts,
 )
-from airflow_cdc.pipeline.lineage import PendingChild
+from airflow_cdc.pipeline.partition_lineage import PendingChild
 
 PLAN_VERSION = 1
 

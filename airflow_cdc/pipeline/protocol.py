@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -17,6 +18,7 @@ from airflow_cdc.model import (
     CdcError,
     PartitionPosition,
     PartitionState,
+    Readiness,
     Window,
     WindowState,
     format_ts,
@@ -28,7 +30,7 @@ from airflow_cdc.pipeline.files import (
     window_dir,
     write_private,
 )
-from airflow_cdc.pipeline.lineage import PendingChild
+from airflow_cdc.pipeline.partition_lineage import PendingChild
 
 # Source spec keys that may hold secrets: never in plan files, fingerprints, logs or XCom.
 SECRET_KEYS = frozenset({"access_token", "password", "credentials", "token"})
@@ -111,10 +113,27 @@ def plan_window(
     lease_seconds: float,
     initial_positions: list[PartitionPosition],
     catalog_name: str,
+    *,
+    new_partitions: Sequence[PartitionPosition] = (),
+    plan_options: Callable[[Mapping | None], dict] | None = None,
 ) -> WindowPlanFile:
-    """Open the window in the state store and write its plan file (same plan on re-runs)."""
+    """Open the window in the state store and write its plan file (same plan on re-runs).
+
+    ``new_partitions`` are partitions the source discovered since the last window (file
+    sources: one per settled event file); the store creates them in the transaction that
+    opens the window. ``plan_options(kept)`` gives the options the source's extract job reads
+    from the plan file; ``kept`` is the options of the plan file an earlier attempt wrote
+    (None for the first), so a choice made once (when it was planned, the source's primary
+    keys) stays the same on every re-plan.
+    """
     store.register_stream(config.stream_id, config.source_kind, config.fingerprint)
-    plan = store.plan_window(window, owner, lease_seconds, initial_positions)
+    plan = store.plan_window(
+        window, owner, lease_seconds, initial_positions, new_partitions=new_partitions
+    )
+    path = config.plan_path(window)
+    recorded = recorded_plan(path, plan.window)
+    if recorded is not None:
+        return recorded
     pending = tuple(
         PendingChild(
             partition_id=p.partition_id,
@@ -124,6 +143,10 @@ def plan_window(
         )
         for p in store.list_partitions(config.stream_id, states=[PartitionState.CREATED])
     )
+    options = {}
+    if plan_options is not None:
+        kept = WindowPlanFile.from_json(path.read_text()) if path.exists() else None
+        options = plan_options(kept.options if kept is not None else None)
     plan_file = WindowPlanFile(
         window=window,
         positions=tuple(plan.positions),
@@ -131,11 +154,35 @@ def plan_window(
         source=config.source_spec,
         changelog_table=f"{catalog_name}.{config.changelog_table}",
         attempt=plan.window.attempt,
+        options=options,
     )
-    path = config.plan_path(window)
-    if plan.window.state is WindowState.PLANNED or not path.exists():
-        write_private(path, plan_file.to_json())
+    write_private(path, plan_file.to_json())
     return WindowPlanFile.from_json(path.read_text())
+
+
+def recorded_plan(path: Path, record) -> WindowPlanFile | None:
+    """The plan file a re-plan must return unchanged, or None when it may be (re)written.
+
+    Once a window is past PLANNED its extract has read the partitions the file names, so the
+    file is the record of what W read (I1: a cleared window reads the same positions). While
+    it is PLANNED nothing was read yet: a re-plan writes it again (a lease taken over raises
+    the attempt the file carries). The one rule every source's plan step uses.
+    """
+    if path.exists() and record.state is not WindowState.PLANNED:
+        return WindowPlanFile.from_json(path.read_text())
+    return None
+
+
+def committed_window(store, window: Window):
+    """The window's record when its outcomes are already recorded (COMMITTED or later), else None.
+
+    The protocol's rule for re-runs (I1): the extract and commit steps of a committed window
+    do nothing again, whichever run asks; the changelog commit and outcomes are recorded, and
+    running them again could only find them. The state store's commit transaction keeps its
+    own check under the stream's lock, where it also refuses another owner (I6).
+    """
+    record = store.get_window(window.stream_id, window.start)
+    return record if record is not None and record.committed else None
 
 
 def commit_window(
@@ -146,11 +193,11 @@ def commit_window(
     With ``lease_seconds`` the owner's lease is renewed first: it may have run out while the
     commit task waited for a worker, and the owner may renew it as long as nobody took over.
     """
-    record = store.get_window(window.stream_id, window.start)
-    if record is None:
+    recorded = committed_window(store, window)
+    if recorded is not None:
+        return recorded
+    if store.get_window(window.stream_id, window.start) is None:
         raise WindowNotReadyError(f"window {window.window_id} of {window.stream_id} was never planned")
-    if record.committed:
-        return record
     if lease_seconds is not None:
         store.renew_lease(window, owner, lease_seconds)
     path = config.outcome_path(window)
@@ -166,21 +213,6 @@ def commit_window(
         )
     extra = {k: v for k, v in outcome.counts.items() if k not in STORE_COMPUTED_COUNTS}
     return store.commit_window(window, owner, list(outcome.outcomes), extra)
-
-
-@dataclass(frozen=True)
-class Readiness:
-    """Step 0 of the protocol: whether a window may be planned now, and if not, why not.
-
-    A DAG run for ``[s, e)`` starts at ``e``, but a source's evidence for the window can
-    arrive later (Datastream's allowed lateness). Planning waits until it can exist, so the
-    window reads it and its gate can open; ``retry_at`` is the earliest instant asking again
-    can change the answer (None: poll).
-    """
-
-    ready: bool
-    reason: str
-    retry_at: datetime | None = None
 
 
 def predecessor_readiness(store, window: Window) -> Readiness | None:

@@ -28,11 +28,11 @@ from airflow.providers.common.compat.sdk import (
     AirflowException,
     AirflowSensorTimeout,
     BaseSensorOperator,
-    conf,
 )
 
 from airflow_cdc.hooks.state import DEFAULT_CONN_ID, CdcStateHook
-from airflow_cdc.operators.window import (
+from airflow_cdc.operators.task_context import (
+    default_deferrable,
     mirror_task_progress,
     window_from_context,
     window_summary,
@@ -42,11 +42,6 @@ from airflow_cdc.pipeline.protocol import gate_status
 # The deferral's own timeout is a backstop behind the trigger's deadline: the trigger fires
 # first and names the lagging partitions; Airflow's timeout only catches a lost triggerer.
 _DEFERRAL_BACKSTOP = timedelta(minutes=5)
-
-
-def default_deferrable() -> bool:
-    """``[operators] default_deferrable`` (False when unset), read when a task is built."""
-    return conf.getboolean("operators", "default_deferrable", fallback=False)
 
 
 def asset_event_extra(summary: dict) -> dict:

@@ -12,7 +12,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from airflow_cdc.model import ChildPartition, PartitionOutcome, PartitionState, Window, format_ts
+from airflow_cdc.model import (
+    ChildPartition,
+    PartitionOutcome,
+    PartitionState,
+    Window,
+    all_parents_reported,
+    format_ts,
+)
 from airflow_cdc.state.errors import OutcomeError, WatermarkRegressionError
 from airflow_cdc.state.records import PartitionRecord, window_name
 
@@ -83,10 +90,17 @@ class _ChildReport:
     child: ChildPartition
     reporters: set[str] = field(default_factory=set)
 
+    def reported_by(self, row: PartitionRecord | None) -> set[str]:
+        """The parents that reported the child, in this window or before."""
+        return self.reporters | (set(row.reported_by) if row is not None else set())
+
+    def complete(self, row: PartitionRecord | None) -> bool:
+        """Whether every parent reported the child (the protocol's one child rule)."""
+        return all_parents_reported(self.child.parent_ids, self.reported_by(row))
+
     def waiting_for(self, row: PartitionRecord | None) -> list[str]:
-        """The parents that have not reported the child yet, in this window or before."""
-        reported = set(row.reported_by) if row is not None else set()
-        return sorted(set(self.child.parent_ids) - reported - self.reporters)
+        """The parents that have not reported the child yet (for messages)."""
+        return sorted(set(self.child.parent_ids) - self.reported_by(row))
 
 
 # 1. one outcome per partition, and one for every planned partition
@@ -151,10 +165,9 @@ def _child_reports(
 
 # 3. a child with all its parents' reports is READY
 def _child_change(report: _ChildReport, row: PartitionRecord | None) -> ChildChange:
-    reported_by = report.reporters | (set(row.reported_by) if row is not None else set())
+    reported_by = report.reported_by(row)
     if row is None or row.state == PartitionState.CREATED:
-        complete = not report.waiting_for(row)
-        new_state = PartitionState.READY if complete else PartitionState.CREATED
+        new_state = PartitionState.READY if report.complete(row) else PartitionState.CREATED
     else:
         new_state = row.state  # already READY, read or finished: a repeated report
     return ChildChange(
@@ -191,11 +204,10 @@ def _read_from(
             f"reads only its plan and the children born in the window"
         )
     report = reports[pid]
-    waiting = report.waiting_for(row)
-    if waiting:
+    if not report.complete(row):
         raise OutcomeError(
             f"child {pid!r} was read in {name} before all its parents reported "
-            f"it (still waiting for {waiting}): a child with several parents is read "
+            f"it (still waiting for {report.waiting_for(row)}): a child with several parents is read "
             f"once, after every parent reported it"
         )
     if row is not None and row.state not in (PartitionState.CREATED, PartitionState.READY):

@@ -1,6 +1,6 @@
 """The deferred wait before planning: polls a source's readiness probe until a window can be read.
 
-Step 0 of the window protocol (:class:`airflow_cdc.pipeline.protocol.Readiness`). The plan
+Step 0 of the window protocol (:class:`airflow_cdc.model.Readiness`). The plan
 task defers here while its window's evidence cannot exist yet, freeing its worker slot; the
 trigger asks the probe again every ``poll_interval`` (or sleeps until the probe's
 ``retry_at``) and fires ``ready``, ``timeout`` or ``error``. It only reads, so the triggerer

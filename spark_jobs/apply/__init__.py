@@ -2,7 +2,7 @@
 
 For every source table in the window: route it to its target (``config.py``), type and evolve
 the target's columns from the declared source types (``schema.py``,
-``airflow_cdc.pipeline.column_types``), fold each key's changes in ordering-key order
+``airflow_cdc.sources.column_types``), fold each key's changes in ordering-key order
 (``fold.py``), and commit guarded MERGEs into the target, its tombstones and optional SCD type 2
 history (``targets.py``), each commit tagged with the window (``spark_jobs/commits.py``). Rows that
 cannot be applied go to the stream's dead-letter table with the reason (``dead_letters.py``).

@@ -31,7 +31,7 @@ from datetime import datetime
 from pyspark.sql import SparkSession
 
 from airflow_cdc.model import InvalidIdentifierError, validate_identifier
-from airflow_cdc.pipeline.column_types import (
+from airflow_cdc.sources.column_types import (
     UnsupportedColumnTypeError,
     common_spark_type,
     merged_spark_type,

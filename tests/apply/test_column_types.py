@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_cdc.pipeline.column_types import (
+from airflow_cdc.sources.column_types import (
     UnsupportedColumnTypeError,
     common_spark_type,
     merged_spark_type,

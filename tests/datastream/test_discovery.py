@@ -6,13 +6,18 @@ from datetime import timedelta
 
 import pytest
 
-from airflow_cdc.model import PartitionOutcome
+from airflow_cdc.model import PartitionOutcome, format_ts
 from airflow_cdc.pipeline.files import WindowOutcomeFile, write_private
 from airflow_cdc.pipeline.protocol import StreamConfig
 from airflow_cdc.sources.datastream import PROGRESS_PARTITION
-from airflow_cdc.sources.datastream.discovery import EventFile, list_local_files, settled_files
-from airflow_cdc.pipeline.protocol import commit_window
-from airflow_cdc.sources.datastream.window import plan_datastream_window
+from airflow_cdc.sources.datastream.discovery import (
+    EventFile,
+    file_partitions,
+    list_local_files,
+    settled_files,
+)
+from airflow_cdc.pipeline.protocol import commit_window, plan_window
+from airflow_cdc.sources.datastream.plan import initial_positions, plan_options
 from airflow_cdc.state import StateStore
 
 from .support import at, window
@@ -38,8 +43,15 @@ def listed(*names: str) -> list[EventFile]:
 
 
 def plan(store, config, index, files, owner="run"):
-    return plan_datastream_window(store, config, window(index), f"{owner}-{index}", 600, files,
-                                  window(index).end, "lake", LATENESS, None)
+    win = window(index)
+    return plan_window(
+        store, config, win, f"{owner}-{index}", 600, initial_positions(win), "lake",
+        new_partitions=file_partitions(files, win.start),
+        plan_options=lambda kept: plan_options(
+            kept, planned_at=win.end, allowed_lateness=LATENESS, idle_timeout=None,
+            dead_letter_table=f"lake.{config.dead_letter_table}",
+        ),
+    )
 
 
 def finish(store, config, index, plan_file, owner="run"):
@@ -88,6 +100,34 @@ def test_window_counts_keep_datastream_counts(store, config):
     record = finish(store, config, 0, plan(store, config, 0, listed("a.jsonl")))
 
     assert record.counts["events"] == 1
+
+
+def test_replan_keeps_the_first_plans_instant_and_primary_keys(store, config):
+    def plan_at(minutes, keys):
+        win = window(0)
+        return plan_window(
+            store, config, win, "run-0", 600, initial_positions(win), "lake",
+            plan_options=lambda kept: plan_options(
+                kept, planned_at=at(minutes), allowed_lateness=LATENESS, idle_timeout=None,
+                dead_letter_table="lake.cdc.shop_dead_letters", source_primary_keys=lambda: keys,
+            ),
+        )
+
+    first = plan_at(40, {"shop.orders": ("id",)})
+    again = plan_at(50, {"shop.orders": ("other",)})
+
+    assert again.options == first.options
+    assert again.options["planned_at"] == format_ts(at(40))
+    assert again.options["source_primary_keys"] == {"shop.orders": ["id"]}
+
+
+def test_a_window_past_planned_returns_its_recorded_plan_file(store, config):
+    first = plan(store, config, 0, listed("a.jsonl"))
+    store.mark_extracted(window(0), "run-0", 1)
+
+    again = plan(store, config, 0, listed("a.jsonl", "b.jsonl"))
+
+    assert again == first
 
 
 def test_files_newer_than_the_settle_time_wait_for_the_next_window():

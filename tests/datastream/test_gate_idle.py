@@ -13,8 +13,8 @@ from airflow_cdc.model import PartitionOutcome
 from airflow_cdc.pipeline.files import WindowOutcomeFile, write_private
 from airflow_cdc.pipeline.protocol import StreamConfig
 from airflow_cdc.sources.datastream import PROGRESS_PARTITION
-from airflow_cdc.pipeline.protocol import commit_window
-from airflow_cdc.sources.datastream.window import plan_datastream_window
+from airflow_cdc.pipeline.protocol import commit_window, plan_window
+from airflow_cdc.sources.datastream.plan import initial_positions, plan_options
 from airflow_cdc.state import StateStore
 
 from .support import at, window
@@ -47,8 +47,13 @@ def applied_window(path, tmp_path, *, idle: bool, watermark):
     win = window(0)
     with StateStore(f"sqlite:///{path}") as store:
         store.migrate()
-        plan_datastream_window(store, config, win, OWNER, 600, [], at(60), "lake",
-                               timedelta(minutes=5), timedelta(minutes=10))
+        plan_window(
+            store, config, win, OWNER, 600, initial_positions(win), "lake",
+            plan_options=lambda kept: plan_options(
+                kept, planned_at=at(60), allowed_lateness=timedelta(minutes=5),
+                idle_timeout=timedelta(minutes=10), dead_letter_table=f"lake.{config.dead_letter_table}",
+            ),
+        )
         outcome = WindowOutcomeFile(
             win.window_id, (PartitionOutcome(PROGRESS_PARTITION, False, watermark),), (),
             {"events": 0, "idle_declared": 1 if idle else 0},

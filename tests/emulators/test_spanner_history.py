@@ -92,7 +92,7 @@ def test_default_history_is_big_enough_for_the_demo():
 
 
 def test_each_row_changes_in_the_partition_owning_its_key_at_commit_time(history):
-    from airflow_cdc.emulators.spanner.lineage import key_position
+    from airflow_cdc.emulators.spanner.partition_lineage import key_position
 
     for transaction in history.transactions:
         for change in transaction.changes:

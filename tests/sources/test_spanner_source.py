@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from airflow_cdc.model import Image, Op, Window
-from airflow_cdc.pipeline.lineage import WindowLineage, check_transactions, run_rounds
+from airflow_cdc.pipeline.partition_lineage import WindowLineage, check_transactions, run_rounds
 from airflow_cdc.sources.spanner.query import GOOGLE_SQL, INITIAL_PARTITION, POSTGRESQL, build_query
 from airflow_cdc.sources.spanner.reader import SpannerChangeStreamSource, SpannerConnection
 from airflow_cdc.model import InvalidIdentifierError

@@ -9,7 +9,7 @@ import pytest
 
 from airflow_cdc.model import PartitionState, Window
 from airflow_cdc.pipeline.files import WindowOutcomeFile
-from airflow_cdc.pipeline.lineage import WindowLineage, check_transactions, run_rounds
+from airflow_cdc.pipeline.partition_lineage import WindowLineage, check_transactions, run_rounds
 from airflow_cdc.pipeline.protocol import StreamConfig, commit_window, plan_window
 from airflow_cdc.sources.spanner.reader import SpannerChangeStreamSource, SpannerConnection
 from airflow_cdc.state import StateStore

@@ -1,7 +1,7 @@
 """A local Spanner change stream server replaying a deterministic, seeded history.
 
 * :mod:`.history` generates the history (tables, transactions, partition lineage, records,
-  true state); :mod:`.lineage` the partitions' splits and merges; :mod:`.schema` the types.
+  true state); :mod:`.partition_lineage` the partitions' splits and merges; :mod:`.schema` the types.
 * :mod:`.query` decides what a ``READ_<stream>`` / ``spanner.read_json_<stream>`` query
   returns or why it is refused; :mod:`.sql` parses the query text; :mod:`.records` encodes the
   rows for both dialects; :mod:`.servicer` and :mod:`.server` put it on gRPC.
@@ -23,7 +23,7 @@ from .history import (
     Transaction,
     generate_history,
 )
-from .lineage import Partition, PartitionEvent
+from .partition_lineage import Partition, PartitionEvent
 from .query import ChangeStreamQueryError
 from .schema import DEFAULT_TABLES, Column, SpannerType, Table
 from .server import SpannerChangeStreamEmulator

@@ -5,7 +5,7 @@
 * rows of typed tables changed by transactions (single-row writes, two-row transfers, batches
   over several tables, and TTL-like *system* transactions), each with one commit timestamp and
   ``server_transaction_id``, most of them tagged;
-* the partition lineage (:mod:`.lineage`), which routes every row change to the partition that
+* the partition lineage (:mod:`.partition_lineage`), which routes every row change to the partition that
   owns its key at commit time;
 * the data change records as Spanner groups them: the changes of ONE transaction in ONE
   partition for ONE table, ONE mod type and one column set form a record; ``record_sequence``
@@ -31,7 +31,7 @@ from typing import Any
 
 from airflow_cdc.model import CdcError, ensure_utc, validate_identifier
 
-from .lineage import Lineage, Partition, key_position, plan_lineage
+from .partition_lineage import Lineage, Partition, key_position, plan_lineage
 from .schema import DEFAULT_TABLES, Table, generate_value
 from .timeline import to_datetime, to_micros
 

@@ -29,7 +29,7 @@ from datetime import timedelta
 from airflow_cdc.model import CdcError
 
 from .history import DataChangeRecord, History
-from .lineage import Partition
+from .partition_lineage import Partition
 from .timeline import format_micros
 
 MIN_HEARTBEAT_MILLISECONDS = 1_000

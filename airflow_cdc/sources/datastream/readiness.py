@@ -24,8 +24,7 @@ import json
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
-from airflow_cdc.model import Window, format_ts
-from airflow_cdc.pipeline.protocol import Readiness
+from airflow_cdc.model import Readiness, Window, format_ts
 from airflow_cdc.sources.datastream.discovery import EventFile, settled_files
 from airflow_cdc.sources.datastream.events import MalformedEventError, parse_event_time
 

@@ -1,6 +1,6 @@
 """The column types of Datastream payloads: declared per table, from the Avro schema, or inferred.
 
-Each change row declares its columns' canonical types (:mod:`airflow_cdc.pipeline.column_types`),
+Each change row declares its columns' canonical types (:mod:`airflow_cdc.sources.column_types`),
 from which apply types the target's columns. For a payload column the first of these wins:
 
 1. **Declared**: the pipeline's ``column_types`` mapping, per source table:
@@ -25,7 +25,7 @@ from datetime import date, datetime, time, timedelta
 from decimal import Decimal
 
 from airflow_cdc.model import CdcError
-from airflow_cdc.pipeline.column_types import (
+from airflow_cdc.sources.column_types import (
     MAX_DECIMAL_PRECISION,
     UnsupportedColumnTypeError,
     decimal_type,

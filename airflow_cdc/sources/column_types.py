@@ -2,7 +2,9 @@
 
 Every source names its types its own way; apply types a target column from the type the
 change row declares (``ChangeRow.column_types``). This module is the one place that turns a
-source type into a Spark SQL type, so every source lands in the same Iceberg types:
+source type into a Spark SQL type, so every source lands in the same Iceberg types. It
+lives in ``sources/`` because the adapters map their type names onto it (a source never
+imports the pipeline); the apply job imports it too:
 
 * Spanner type codes, as change streams give them: a name (``"INT64"``, ``"ARRAY<STRING>"``,
   DDL spellings such as ``"STRING(MAX)"``), the API's type object

@@ -15,7 +15,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from airflow_cdc.model import CdcError, ChildPartition, PartitionOutcome, PartitionPosition
+from airflow_cdc.model import (
+    CdcError,
+    ChildPartition,
+    PartitionOutcome,
+    PartitionPosition,
+    all_parents_reported,
+)
 from airflow_cdc.sources.base import TransactionTally
 
 
@@ -36,7 +42,7 @@ class PendingChild:
 
     @property
     def ready(self) -> bool:
-        return set(self.parent_ids) <= self.reported_by
+        return all_parents_reported(self.parent_ids, self.reported_by)
 
 
 class WindowLineage:

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from airflow_cdc.model import ChildPartition, PartitionOutcome, PartitionPosition
-from airflow_cdc.pipeline.lineage import (
+from airflow_cdc.pipeline.partition_lineage import (
     IncompleteTransactionError,
     LineageError,
     PendingChild,
