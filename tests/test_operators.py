@@ -109,3 +109,38 @@ def test_gate_outlets_are_the_changelog_and_target_assets_named_by_catalog():
         ("lake.crm.customers", "iceberg://lake/crm/customers"),
     ]
 
+
+
+def test_a_misspelled_shared_option_is_refused_naming_the_options_there_are():
+    from airflow.sdk import DAG
+    from airflow.timetables.interval import CronDataIntervalTimetable
+
+    from airflow_cdc.operators.datastream import DatastreamPipeline
+
+    with DAG("typo", schedule=CronDataIntervalTimetable("@hourly", timezone="UTC"), start_date=T):
+        with pytest.raises(TypeError, match=r"DatastreamPipeline\(\) got unknown argument\(s\) "
+                                            r"\['gate_timout'\].*'gate_timeout'"):
+            DatastreamPipeline(group_id="g", stream_id="shop", prefix="/tmp/x", gate_timout=60)
+
+
+def test_both_pipelines_take_the_shared_options_and_pass_them_to_their_tasks():
+    from airflow.sdk import DAG
+    from airflow.timetables.interval import CronDataIntervalTimetable
+
+    from airflow_cdc.operators.datastream import DatastreamPipeline
+    from airflow_cdc.operators.pipeline import SpannerChangeStreamPipeline
+
+    shared = {"lease_seconds": 300, "gate_timeout": 900, "spark_conf": {"spark.x": "1"},
+              "on_dead_letter": "continue", "namespace": "raw"}
+    with DAG("shared", schedule=CronDataIntervalTimetable("@hourly", timezone="UTC"),
+             start_date=T) as dag:
+        SpannerChangeStreamPipeline(group_id="s", instance_id="i", database_id="d",
+                                    change_stream="Orders", **shared)
+        DatastreamPipeline(group_id="d", stream_id="shop", prefix="/tmp/x", **shared)
+    for group in ("s", "d"):
+        assert dag.get_task(f"{group}.extract").lease_seconds == 300
+        assert dag.get_task(f"{group}.apply").spark_conf == {"spark.x": "1"}
+        assert dag.get_task(f"{group}.apply").on_dead_letter == "continue"
+        assert dag.get_task(f"{group}.gate").timeout == 900
+        assert dag.get_task(f"{group}.plan").stream.changelog_table.startswith("raw.")
+    assert dag.get_task("d.plan").wait_timeout == 900

@@ -291,6 +291,11 @@ def run_live(settings: LiveSettings, base: Path, log=print) -> LiveResult:
                 counts = record.counts or {}
                 result.windows.append({"window_end": record.end.isoformat(),
                                        "gate_delay_s": round(delay, 1),
+                                       "planned_after_end_s": round(
+                                           (record.created_at - record.end).total_seconds(), 1),
+                                       "low_watermark": record.low_watermark,
+                                       "end": record.end,
+                                       "idle_declared": bool(counts.get("idle_declared")),
                                        "changes": counts.get("changes"),
                                        "files": counts.get("files")})
                 log(f"live-datastream: window ending {record.end:%H:%M:%S} complete, gate "

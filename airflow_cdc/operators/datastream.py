@@ -21,6 +21,7 @@ for one Datastream destination prefix (GCS or, for development, a local folder):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -30,7 +31,6 @@ from airflow_cdc.hooks.state import DEFAULT_CONN_ID
 from airflow_cdc.model import format_ts, validate_identifier
 from airflow_cdc.operators.task_context import run_owner, window_summary
 from airflow_cdc.operators.window import (
-    DEFAULT_LEASE_SECONDS,
     CdcCommitWindowOperator,
     CdcExtractOperator,
     CdcPlanOperator,
@@ -46,7 +46,6 @@ from airflow_cdc.sources.datastream.keys import (
 )
 from airflow_cdc.sources.datastream.progress import DEFAULT_ALLOWED_LATENESS
 from airflow_cdc.sources.datastream.types import declared_column_types
-from airflow_cdc.spark.iceberg import IcebergCatalog
 
 IDLE_NOTE = "idle-timeout"
 
@@ -339,28 +338,17 @@ def DatastreamPipeline(  # noqa: N802 - a factory named like the group it makes
     settle_seconds: float = 60,
     allowed_lateness: timedelta | float = DEFAULT_ALLOWED_LATENESS,
     idle_timeout: timedelta | float | None = None,
-    catalog: IcebergCatalog | None = None,
-    namespace: str = "cdc",
-    targets: Mapping[str, Any] | None = None,
-    on_dead_letter: str = "fail",
-    tombstone_horizon_seconds: int = 7 * 24 * 3600,
-    cdc_state_conn_id: str = DEFAULT_CONN_ID,
-    spark_conn_id: str | None = None,
-    spark_conf: Mapping[str, str] | None = None,
-    work_root: str = "",
-    lease_seconds: float = DEFAULT_LEASE_SECONDS,
-    gate_poke_interval: float = 30,
-    gate_timeout: float = 6 * 3600,
-    gate_soft_fail: bool = False,
-    deferrable: bool | None = None,
     source_tables: Sequence[str] | None = None,
     wait_poke_interval: float = 15,
     key_columns: Mapping[str, Sequence[str]] | None = None,
     key_columns_conn_id: str | None = None,
     column_types: Mapping[str, Mapping[str, str]] | None = None,
-    dag=None,
+    **options: Any,
 ) -> TaskGroup:
     """One Datastream prefix into Iceberg: plan >> extract >> commit >> apply >> gate.
+
+    ``options`` are the shared :class:`~airflow_cdc.operators.pipeline.PipelineOptions`
+    (targets, catalog, Spark, leases, ``deferrable``, ``gate_timeout`` ...).
 
     The plan task waits (deferred with ``deferrable``) until the window's evidence can be
     read: an event read at or after the window end plus ``allowed_lateness``, in a file
@@ -393,12 +381,18 @@ def DatastreamPipeline(  # noqa: N802 - a factory named like the group it makes
     """
     from airflow.sdk.definitions._internal.contextmanager import DagContext
 
-    from airflow_cdc.operators.pipeline import ProtocolSteps, protocol_group, refuse_zero_width_schedule
+    from airflow_cdc.operators.pipeline import (
+        PipelineOptions,
+        ProtocolSteps,
+        protocol_group,
+        refuse_zero_width_schedule,
+    )
 
-    refuse_zero_width_schedule(dag or DagContext.get_current())
+    shared = PipelineOptions.named("DatastreamPipeline", options)
+    refuse_zero_width_schedule(shared.dag or DagContext.get_current())
     stream = datastream_stream_config(
-        stream_id=stream_id, prefix=prefix, namespace=namespace, work_root=work_root,
-        key_columns=key_columns, column_types=column_types,
+        stream_id=stream_id, prefix=prefix, namespace=shared.namespace,
+        work_root=shared.work_root, key_columns=key_columns, column_types=column_types,
     )
     if key_columns_conn_id is not None:
         if not key_columns_conn_id or not isinstance(key_columns_conn_id, str):
@@ -424,29 +418,16 @@ def DatastreamPipeline(  # noqa: N802 - a factory named like the group it makes
             "settle_seconds": settle_seconds,
             "allowed_lateness": allowed_lateness,
             "idle_timeout": idle_timeout,
-            "deferrable": deferrable,
+            "deferrable": shared.deferrable,
             "wait_poke_interval": wait_poke_interval,
-            "wait_timeout": gate_timeout,
+            "wait_timeout": shared.gate_timeout,
             "key_columns_conn_id": key_columns_conn_id,
             "source_tables": source_tables,
         },
     )
+    # Assets are named by table identifier, whichever form the DAG used.
+    assets = [object_identifier(t) for t in source_tables or ()] or None
     return protocol_group(
-        group_id=group_id,
-        stream=stream,
-        steps=steps,
-        catalog=catalog,
-        targets=targets,
-        on_dead_letter=on_dead_letter,
-        tombstone_horizon_seconds=tombstone_horizon_seconds,
-        cdc_state_conn_id=cdc_state_conn_id,
-        spark_conn_id=spark_conn_id,
-        spark_conf=spark_conf,
-        lease_seconds=lease_seconds,
-        gate_poke_interval=gate_poke_interval,
-        gate_timeout=gate_timeout,
-        gate_soft_fail=gate_soft_fail,
-        deferrable=deferrable,
-        source_tables=[object_identifier(t) for t in source_tables or ()] or None,
-        dag=dag,
+        group_id=group_id, stream=stream, steps=steps,
+        options=replace(shared, source_tables=assets),
     )

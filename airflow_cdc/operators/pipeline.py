@@ -13,7 +13,7 @@ plan >> extract >> commit >> apply >> gate, each an ordinary, retryable Airflow 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from airflow.providers.common.compat.sdk import TaskGroup
@@ -64,66 +64,86 @@ class ProtocolSteps:
     extract_args: Mapping[str, Any] = field(default_factory=dict)
 
 
-def protocol_group(
-    *,
-    group_id: str,
-    stream,
-    steps: ProtocolSteps,
-    catalog: IcebergCatalog | None,
-    targets: Mapping[str, Any] | None,
-    on_dead_letter: str,
-    tombstone_horizon_seconds: int,
-    cdc_state_conn_id: str,
-    spark_conn_id: str | None,
-    spark_conf: Mapping[str, str] | None,
-    lease_seconds: float,
-    gate_poke_interval: float,
-    gate_timeout: float,
-    gate_soft_fail: bool,
-    deferrable: bool | None,
-    source_tables: Sequence[str] | None,
-    dag=None,
-) -> TaskGroup:
+@dataclass(frozen=True)
+class PipelineOptions:
+    """What every pipeline takes, whatever its source: where its tables go, how its Spark jobs
+    run, how long a window is leased, and how its plan and gate wait.
+
+    Every factory (``SpannerChangeStreamPipeline``, ``DatastreamPipeline``) takes these as
+    keyword arguments next to its source's own, with these defaults.
+    """
+
+    catalog: IcebergCatalog | None = None
+    namespace: str = "cdc"  # the changelog's and dead letters' Iceberg namespace
+    targets: Mapping[str, Any] | None = None
+    on_dead_letter: str = "fail"
+    tombstone_horizon_seconds: int = 7 * 24 * 3600
+    cdc_state_conn_id: str = DEFAULT_CONN_ID
+    spark_conn_id: str | None = None
+    spark_conf: Mapping[str, str] | None = None
+    work_root: str = ""
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    gate_poke_interval: float = 30
+    gate_timeout: float = 6 * 3600
+    gate_soft_fail: bool = False
+    deferrable: bool | None = None
+    source_tables: Sequence[str] | None = None
+    dag: Any = None
+
+    @classmethod
+    def named(cls, factory: str, options: Mapping[str, Any]) -> PipelineOptions:
+        """The options a factory was given; an unknown name is refused naming the known ones."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - known)
+        if unknown:
+            raise TypeError(
+                f"{factory}() got unknown argument(s) {unknown}: besides its source's own "
+                f"arguments it takes the shared pipeline options {sorted(known)}"
+            )
+        return cls(**options)
+
+
+def protocol_group(*, group_id: str, stream, steps: ProtocolSteps, options: PipelineOptions) -> TaskGroup:
     """The TaskGroup ``plan >> extract >> commit >> apply >> gate`` for one stream.
 
     Every source's factory builds its ``StreamConfig`` and step classes, then calls this,
-    so the wiring, the shared arguments and the gate's Assets are the same for all.
+    so the wiring, the shared options and the gate's Assets are the same for all.
     """
     from airflow_cdc.assets import pipeline_assets
 
     common = dict(
         stream=stream,
-        catalog=catalog,
-        cdc_state_conn_id=cdc_state_conn_id,
-        lease_seconds=lease_seconds,
+        catalog=options.catalog,
+        cdc_state_conn_id=options.cdc_state_conn_id,
+        lease_seconds=options.lease_seconds,
     )
-    spark = dict(spark_conn_id=spark_conn_id, spark_conf=spark_conf)
-    group_args = {"dag": dag} if dag is not None else {}
+    spark = dict(spark_conn_id=options.spark_conn_id, spark_conf=options.spark_conf)
+    group_args = {"dag": options.dag} if options.dag is not None else {}
     with TaskGroup(group_id=group_id, **group_args) as group:
         plan = steps.plan(task_id="plan", **steps.plan_args, **common)
         extract = steps.extract(task_id="extract", **steps.extract_args, **common, **spark)
         commit = steps.commit(task_id="commit", **common)
         apply = CdcApplyOperator(
             task_id="apply",
-            targets=targets,
-            on_dead_letter=on_dead_letter,
-            tombstone_horizon_seconds=tombstone_horizon_seconds,
+            targets=options.targets,
+            on_dead_letter=options.on_dead_letter,
+            tombstone_horizon_seconds=options.tombstone_horizon_seconds,
             **common,
             **spark,
         )
         gate = steps.gate(
             task_id="gate",
             stream_id=stream.stream_id,
-            cdc_state_conn_id=cdc_state_conn_id,
-            poke_interval=gate_poke_interval,
-            timeout=gate_timeout,
-            soft_fail=gate_soft_fail,
-            deferrable=deferrable,
+            cdc_state_conn_id=options.cdc_state_conn_id,
+            poke_interval=options.gate_poke_interval,
+            timeout=options.gate_timeout,
+            soft_fail=options.gate_soft_fail,
+            deferrable=options.deferrable,
             outlets=pipeline_assets(
-                catalog=catalog,
+                catalog=options.catalog,
                 changelog_table=stream.changelog_table,
-                targets=targets,
-                source_tables=source_tables,
+                targets=options.targets,
+                source_tables=options.source_tables,
             ),
         )
         plan >> extract >> commit >> apply >> gate
@@ -142,35 +162,22 @@ def SpannerChangeStreamPipeline(  # noqa: N802 - a factory named like the group 
     heartbeat_milliseconds: int = 10_000,
     gcp_conn_id: str = "google_cloud_default",
     impersonation_chain: str | Sequence[str] | None = None,
-    catalog: IcebergCatalog | None = None,
-    namespace: str = "cdc",
-    targets: Mapping[str, Any] | None = None,
-    on_dead_letter: str = "fail",
-    tombstone_horizon_seconds: int = 7 * 24 * 3600,
-    cdc_state_conn_id: str = DEFAULT_CONN_ID,
-    spark_conn_id: str | None = None,
-    spark_conf: Mapping[str, str] | None = None,
-    work_root: str = "",
-    lease_seconds: float = DEFAULT_LEASE_SECONDS,
-    gate_poke_interval: float = 30,
-    gate_timeout: float = 6 * 3600,
-    dag=None,
-    deferrable: bool | None = None,
-    source_tables: Sequence[str] | None = None,
-    gate_soft_fail: bool = False,
+    **options: Any,
 ) -> TaskGroup:
     """One Spanner change stream into Iceberg: plan >> extract >> commit >> apply >> gate.
 
-    ``deferrable`` (default: ``[operators] default_deferrable``) makes the gate wait in the
-    triggerer instead of a worker slot. The gate's outlets are Airflow Assets for the
-    stream's changelog and for the target of every table in ``source_tables`` and
+    ``options`` are the shared :class:`PipelineOptions` (targets, catalog, Spark, leases, the
+    gate's timeout ...). ``deferrable`` (default: ``[operators] default_deferrable``) makes the
+    gate wait in the triggerer instead of a worker slot. The gate's outlets are Airflow Assets
+    for the stream's changelog and for the target of every table in ``source_tables`` and
     ``targets["mapping"]`` (see :func:`airflow_cdc.assets.pipeline_assets`); each window
     that completes emits one event per asset, with the window's bounds, low watermark,
     counts and snapshot ids as extra.
     """
     from airflow.sdk.definitions._internal.contextmanager import DagContext
 
-    refuse_zero_width_schedule(dag or DagContext.get_current())
+    shared = PipelineOptions.named("SpannerChangeStreamPipeline", options)
+    refuse_zero_width_schedule(shared.dag or DagContext.get_current())
     stream = spanner_stream_config(
         stream_id=stream_id,
         instance_id=instance_id,
@@ -179,30 +186,12 @@ def SpannerChangeStreamPipeline(  # noqa: N802 - a factory named like the group 
         project_id=project_id,
         dialect=dialect,
         heartbeat_milliseconds=heartbeat_milliseconds,
-        namespace=namespace,
-        work_root=work_root,
+        namespace=shared.namespace,
+        work_root=shared.work_root,
     )
     steps = ProtocolSteps(
         plan=SpannerChangeStreamPlanOperator,
         extract=SpannerChangeStreamExtractOperator,
         extract_args={"gcp_conn_id": gcp_conn_id, "impersonation_chain": impersonation_chain},
     )
-    return protocol_group(
-        group_id=group_id,
-        stream=stream,
-        steps=steps,
-        catalog=catalog,
-        targets=targets,
-        on_dead_letter=on_dead_letter,
-        tombstone_horizon_seconds=tombstone_horizon_seconds,
-        cdc_state_conn_id=cdc_state_conn_id,
-        spark_conn_id=spark_conn_id,
-        spark_conf=spark_conf,
-        lease_seconds=lease_seconds,
-        gate_poke_interval=gate_poke_interval,
-        gate_timeout=gate_timeout,
-        gate_soft_fail=gate_soft_fail,
-        deferrable=deferrable,
-        source_tables=source_tables,
-        dag=dag,
-    )
+    return protocol_group(group_id=group_id, stream=stream, steps=steps, options=shared)
