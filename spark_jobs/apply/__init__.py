@@ -6,7 +6,9 @@ the target's columns from the declared source types (``schema.py``,
 (``fold.py``), and commit guarded MERGEs into the target, its tombstones and optional SCD type 2
 history (``targets.py``), each commit tagged with the window (``spark_jobs/commits.py``). Rows that
 cannot be applied go to the stream's dead-letter table with the reason (``dead_letters.py``).
-``job.py`` runs the steps; ``spark_jobs/apply_job.py`` is the spark-submit entry point.
+``job.py`` runs the steps as its numbered procedure, one module per step (``declarations.py``,
+``table_fold.py``, ``dead_letters.py``, ``table_commits.py``); ``spark_jobs/apply_job.py`` is the
+spark-submit entry point.
 
 Never imports Airflow: this runs on Spark drivers without it.
 """

@@ -18,10 +18,12 @@ Each statement is one Iceberg commit tagged with the window (``commits.sql_tagge
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager as ContextManager
+from contextlib import contextmanager, nullcontext
 from datetime import datetime
 
-from pyspark.sql import DataFrame, Window
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from airflow_cdc.model import format_ts
@@ -77,9 +79,42 @@ def append_target(plan: TablePlan, folded: DataFrame, window_id: str, properties
     append_tagged(source.select(*[F.col(quoted(c)) for c in columns]), plan.target.qualified, properties)
 
 
+# --- File search ----------------------------------------------------------------------------
+# A performance strategy with one interface, :func:`file_search`: a target MERGE expected to
+# rewrite nearly every file skips Spark's runtime search for the files to rewrite. Saves: the
+# search's join of the target's keys with the window's, which then prunes nothing (no timing
+# was recorded for it, commit 0e624b8).
+
 # Before a copy-on-write MERGE, Spark first finds the target files that hold a matched key
 # (a join of the target's keys with the source's), so that only those files are rewritten.
 RUNTIME_GROUP_FILTER = "spark.sql.optimizer.runtime.rowLevelOperationGroupFilter.enabled"
+
+
+def file_search(
+    spark: SparkSession, summary: Mapping[str, str] | None, changed_keys: int | None
+) -> ContextManager[None]:
+    """The session, while a table's commits run, with the runtime file search off when a target
+    MERGE changing ``changed_keys`` keys (None: no target MERGE) rewrites nearly every file.
+
+    A session setting: set around all of the table's commits, not per commit thread.
+    """
+    if changed_keys is not None and rewrites_nearly_every_file(summary, changed_keys):
+        return _session_conf(spark, RUNTIME_GROUP_FILTER, "false")
+    return nullcontext()
+
+
+@contextmanager
+def _session_conf(spark: SparkSession, key: str, value: str) -> Iterator[None]:
+    """``key`` set to ``value`` in the session while the block runs, then as it was."""
+    previous = spark.conf.get(key, None)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        if previous is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, previous)
 
 
 def rewrites_nearly_every_file(summary: Mapping[str, str] | None, changed_keys: int) -> bool:
@@ -101,6 +136,9 @@ def rewrites_nearly_every_file(summary: Mapping[str, str] | None, changed_keys: 
         return False
     untouched = max(0.0, 1.0 - changed_keys / rows) ** (rows / files)
     return untouched < 0.1
+
+
+# --- End of file search ---------------------------------------------------------------------
 
 
 def merge_target(plan: TablePlan, folded: DataFrame, window_id: str, properties: dict[str, str]) -> None:

@@ -129,7 +129,7 @@ def test_a_record_past_the_size_limit_is_left_out_of_the_summary():
 
 
 def test_a_window_with_a_record_is_planned_without_aggregating_its_rows(lake, monkeypatch):
-    import spark_jobs.apply.job as job
+    import spark_jobs.apply.declarations as job
 
     def aggregate(rows):
         raise AssertionError("the window's rows were aggregated although its commit records its declarations")

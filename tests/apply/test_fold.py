@@ -166,7 +166,7 @@ def test_a_table_wider_than_one_packed_flag_word_folds_every_column(lake):
     ],
 )
 def test_fold_tasks_are_whole_waves_of_the_cores_with_bounded_rows(rows, parallelism, rows_per_task, tasks):
-    from spark_jobs.apply.fold import fold_partitions
+    from spark_jobs.apply.partitioning import fold_partitions
 
     assert fold_partitions(rows, parallelism, rows_per_task) == tasks
 

@@ -1,0 +1,38 @@
+"""Commit threads: a table's target, tombstone and history commits made side by side.
+
+Saves: each commit's Spark jobs use the cores the others leave idle while they plan, join or
+commit (no timing was recorded for it when it came in, commit b91f1cb).
+
+Interface: :func:`side_by_side`. The commits are independent (each is computed from the same
+checkpointed fold and the same pre-window snapshots, and a re-run makes whichever is
+missing), so their order is free. What running them in threads requires elsewhere:
+``commits.sql_tagged`` starts py4j's callback server under a lock (two MERGEs may both be the
+first), and the file-search setting (``targets.file_search``) is set around all of a table's
+commits, not per thread, since it is a session setting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+
+def side_by_side(calls: list[Callable[[], None]]) -> None:
+    """Run ``calls`` in parallel threads (inline when there is one); raise the first failure.
+
+    A failed call does not stop the others; once all are done, the first failure in the
+    order of ``calls`` is raised. Each thread inherits the caller's Spark local properties
+    (job group, scheduler pool), so its jobs show up, and can be cancelled, with the caller's.
+    """
+    if len(calls) <= 1:
+        for call in calls:
+            call()
+        return
+    from pyspark.util import inheritable_thread_target
+
+    with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="cdc-apply-commit") as pool:
+        futures = [pool.submit(inheritable_thread_target(call)) for call in calls]
+    for future in futures:
+        error = future.exception()
+        if error is not None:
+            raise error

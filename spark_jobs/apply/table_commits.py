@@ -1,0 +1,95 @@
+"""Step 4 of apply: a table's missing window commits, each guarded by the ordering key.
+
+Per table (:func:`commit_table`): create or evolve its tables (``schema.prepare_target``),
+then make whichever of its three commits is due and missing (target MERGE, tombstone MERGE
+with the purge, history MERGE; ``targets.py``), each tagged with the window. A target
+without rows yet is appended to instead of merged (its first window, often an initial
+snapshot, is the largest). A crash leaves any subset of these commits made; the re-run
+recomputes the same outcome from the same pre-window state and makes only the missing ones.
+
+Performance strategies, each behind its own interface: the commits run side by side
+(``commit_threads.py``), and a target MERGE that rewrites nearly every file skips the search
+for the files to rewrite (``targets.file_search``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from pyspark.sql import SparkSession
+
+from spark_jobs.apply.commit_threads import side_by_side
+from spark_jobs.apply.config import ApplyConfig, TableName
+from spark_jobs.apply.faults import fault
+from spark_jobs.apply.schema import prepare_target
+from spark_jobs.apply.table_fold import TableWork, record_snapshots
+from spark_jobs.apply.targets import (
+    append_target,
+    append_tombstones,
+    file_search,
+    merge_history,
+    merge_target,
+    merge_tombstones,
+)
+from spark_jobs.commits import own_window_commit, window_properties
+
+_FAULT_NAMES = {"target": "target", "tombstones": "tombstone", "history": "history"}
+_COUNTS = (
+    "changes", "upserts", "patches", "deletes", "superseded_changes", "dead_letter_rows", "dead_keys", "clashing_keys",
+)
+
+
+def commit_table(spark: SparkSession, config: ApplyConfig, work: TableWork) -> None:
+    """Make the table's missing commits (target, tombstones, history).
+
+    A failed commit does not stop the others; once all are done, the first failure (in
+    target, tombstones, history order) is raised.
+    """
+    plan, result = work.plan, work.result
+    if plan.reason is not None or result.already_applied:
+        return
+    prepare_target(spark, plan, config.stream)
+    tombstones_due = bool(result.deletes or work.revives) or work.purge_due
+    history_due = plan.history and bool(result.upserts + result.patches + result.deletes)
+    target_due = bool(result.upserts + result.patches + work.deletes_in_target)
+    window_id = config.window_id
+
+    def commit_target() -> None:
+        counts = {name: getattr(result, name) for name in _COUNTS}
+        announced = {"tombstones": tombstones_due, "history": history_due, "counts": counts}
+        if work.target_before is None:  # no rows yet: nothing to match
+            append_target(plan, work.folded, window_id, window_properties(window_id, announced))
+        else:
+            merge_target(plan, work.folded, window_id, window_properties(window_id, announced))
+
+    def commit_tombstones() -> None:
+        if work.tombstones_before is None:  # no tombstones yet: nothing to match or purge
+            append_tombstones(plan, work.folded, window_id, window_properties(window_id))
+        else:
+            cutoff = config.tombstone_cutoff if work.purge_due else None
+            merge_tombstones(plan, work.folded, window_id, cutoff, window_properties(window_id))
+
+    def commit_history() -> None:
+        merge_history(plan, work.changes, work.folded, work.target_before, window_id, window_properties(window_id))
+
+    due = {
+        "target": (target_due, plan.target, commit_target),
+        "tombstones": (tombstones_due, plan.tombstones, commit_tombstones),
+        "history": (history_due, plan.history_table, commit_history),
+    }
+    missing = [
+        (role, table, run) for role, (wanted, table, run) in due.items() if wanted and work.commits[role] is None
+    ]
+
+    def commit(role: str, table: TableName, run: Callable[[], None]) -> None:
+        fault(config, f"fail_{_FAULT_NAMES[role]}_commit")
+        run()
+        work.commits[role] = own_window_commit(spark, table.qualified, window_id)
+
+    merging_target = target_due and work.commits["target"] is None and work.target_before is not None
+    target_merge_keys = work.updates_in_target + work.deletes_in_target if merging_target else None
+    try:
+        with file_search(spark, work.target_summary, target_merge_keys):
+            side_by_side([lambda m=m: commit(*m) for m in missing])
+    finally:
+        record_snapshots(work)

@@ -1,0 +1,289 @@
+"""Step 2 of apply: each source table of the window planned and folded into one outcome per key.
+
+Per table (:func:`fold_tables`, then :func:`fold_planned_table` for each):
+
+1. Plan it (``schema.plan_tables``): target, key columns, typed columns, the declarations
+   whose rows are dead letters. A table with no usable plan is dead-lettered whole.
+2. Find the window's earlier commits (a re-run). A table whose target commit and every commit
+   that commit announced are present is done: its recorded counts are its result.
+3. Read the target and tombstones *as they were before the window* (the tagged commit's
+   parent, or the current snapshot when untagged: a fixed snapshot, so nothing computed
+   here changes when the job then commits).
+4. Fold its changes per key (``fold.py``) into a checkpointed frame of one outcome per key;
+   the counts are observed as the checkpoint is computed.
+
+Performance strategies, each in its own place: the fold's number of tasks
+(``partitioning.py``); a new target's keys guessed from any one change (the section *New
+target keys* below); the frames released when the job ends (:func:`release`).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import functions as F
+
+from spark_jobs.apply.config import ApplyConfig
+from spark_jobs.apply.fold import dead_letter_rows, fold_table, ordered_changes, parse_changes
+from spark_jobs.apply.partitioning import fold_partitions_for
+from spark_jobs.apply.result import TableResult
+from spark_jobs.apply.schema import Declaration, TablePlan, plan_tables
+from spark_jobs.commits import WindowCommit, current_summary, table_before, window_commit
+
+
+@dataclass
+class TableWork:
+    """One source table's part of the window, from its plan to its commits."""
+
+    plan: TablePlan
+    result: TableResult
+    commits: dict[str, WindowCommit | None] = field(default_factory=dict)
+    folded: DataFrame | None = None
+    changes: DataFrame | None = None
+    target_before: DataFrame | None = None
+    tombstones_before: DataFrame | None = None
+    dead_letters: DataFrame | None = None
+    purge_due: bool = False
+    deletes_in_target: int = 0
+    revives: int = 0
+    updates_in_target: int = 0  # upserts and patches of keys the target holds
+    target_summary: dict[str, str] | None = None  # the target's current snapshot (read by the fold unless re-run)
+    other_key_groups: int = 0  # folded groups of changes whose key columns are not the plan's
+    declarations_disagree: bool = False  # the table's rows are not what the recorded declarations say
+
+
+def fold_tables(
+    spark: SparkSession, config: ApplyConfig, rows: DataFrame, declarations: list[Declaration], check: bool
+) -> list[TableWork]:
+    """Plan every source table of the window from ``declarations`` and fold each.
+
+    With ``check`` (declarations recorded by the changelog commit), a table whose fold read
+    another number of rows than its declarations count is marked (``declarations_disagree``),
+    and so is one the declarations would dead-letter whole (no fold checks its rows); the
+    caller then starts again from an aggregate of the rows (``declarations.py``).
+    """
+    guessed: dict[str | None, tuple[str, ...] | None] = {}
+
+    def some_keys(table: str | None) -> tuple[str, ...] | None:
+        guessed[table] = _some_keys(rows, table)
+        return guessed[table]
+
+    works: list[TableWork] = []
+    try:
+        for plan in plan_tables(spark, config, declarations, some_keys):
+            work = fold_planned_table(spark, config, plan, rows, check)
+            works.append(work)
+            if plan.source_table in guessed and (work.other_key_groups or plan.reason is not None):
+                # A new target's keys were guessed from any one change; only when some change
+                # names other key columns can the table's first change name others.
+                table = plan.source_table
+                first = _first_keys(rows, table)
+                if first != guessed[table]:
+                    release(works.pop())
+                    mine = [d for d in declarations if d.source_table == table]
+                    replanned = plan_tables(spark, config, mine, lambda _: first)[0]
+                    work = fold_planned_table(spark, config, replanned, rows, check)
+                    works.append(work)
+            if check and work.plan.reason is not None and not work.result.already_applied:
+                # Dead-lettered whole, from what the declarations say (types, keys), and with
+                # their count: no fold reads these rows to check them, so the rows decide.
+                work.declarations_disagree = True
+            if work.declarations_disagree:
+                break
+    except BaseException:
+        for work in works:
+            release(work)
+        raise
+    return works
+
+
+def fold_planned_table(
+    spark: SparkSession,
+    config: ApplyConfig,
+    plan: TablePlan,
+    rows: DataFrame,
+    check: bool = False,
+) -> TableWork:
+    """Steps 2-4 of the module doc for one planned table."""
+    result = TableResult(
+        source_table=plan.source_table,
+        target_table=None if plan.target is None else plan.target.qualified,
+        changes=plan.rows,
+    )
+    work = TableWork(plan=plan, result=result)
+    table_rows = _table_rows(rows, plan.source_table)
+    if plan.reason is not None:
+        work.dead_letters = table_rows.select("*", F.lit(plan.reason).alias("reason"))
+        result.dead_letter_rows = plan.rows
+        return work
+    result.added_columns = sorted(plan.added_columns)
+    result.widened_columns = sorted(plan.widened_columns)
+    work.commits = {
+        "target": window_commit(spark, plan.target.qualified, config.window_id),
+        "tombstones": window_commit(spark, plan.tombstones.qualified, config.window_id),
+        "history": window_commit(spark, plan.history_table.qualified, config.window_id) if plan.history else None,
+    }
+    if _already_applied(work):
+        recorded = work.commits["target"].apply_properties().get("counts", {})
+        for name, value in recorded.items():
+            if hasattr(result, name) and name not in ("added_columns", "widened_columns"):
+                setattr(result, name, value)
+        result.already_applied = True
+        record_snapshots(work)
+        return work
+
+    target_before = table_before(spark, plan.target.qualified, work.commits["target"])
+    if target_before is not None:
+        work.target_summary = current_summary(spark, plan.target.qualified)
+    tombstones_before = table_before(spark, plan.tombstones.qualified, work.commits["tombstones"])
+    # Tombstones past the horizon, counted as the fold's job reads the tombstones (no job of
+    # its own): the tombstone MERGE purges them in the same commit, only when one exists,
+    # since the purge makes the MERGE rewrite every tombstone file.
+    expired = None
+    if tombstones_before is not None:
+        expired = Observation(f"cdc_expired_{uuid.uuid4().hex}")
+        tombstones_before = tombstones_before.observe(
+            expired, F.count_if(F.col("_cdc_commit_ts") < F.lit(config.tombstone_cutoff)).alias("expired")
+        )
+    partitions = fold_partitions_for(
+        spark, plan, work.target_summary, tombstones_before is not None, config.fold_rows_per_task
+    )
+    changes = ordered_changes(
+        table_rows, plan, target_before, tombstones_before, check_values=plan.history, partitions=partitions
+    )
+    if plan.history:  # the history reads every change again; computed once, here
+        changes = changes.localCheckpoint(eager=True)
+    # Checkpointed, not only cached: the MERGEs below embed this frame in plans Iceberg
+    # rewrites, where a cache is not always recognised, and a cache is dropped when a table
+    # it read is written; a checkpoint is never recomputed. The counts are observed as the
+    # checkpoint is computed, so they cost no job of their own.
+    counts = Observation(f"cdc_counts_{uuid.uuid4().hex}")
+    folded = fold_table(changes, plan).observe(counts, *_count_metrics()).localCheckpoint(eager=True)
+    work.folded, work.changes, work.target_before = folded, changes, target_before
+    work.tombstones_before = tombstones_before
+    observed = {name: int(value or 0) for name, value in counts.get.items()}
+    _record_counts(work, observed)
+    # With ``check``, plan.rows is what the recorded declarations say; the fold counted the rows.
+    work.declarations_disagree = check and observed["rows_read"] != plan.rows
+    if result.dead_letter_rows:
+        work.dead_letters = dead_letter_rows(parse_changes(table_rows, plan), folded)
+    work.purge_due = expired is not None and bool(expired.get["expired"])
+    return work
+
+
+def record_snapshots(work: TableWork) -> None:
+    """The snapshot ids of the table's window commits, into its result."""
+    for role, attribute in (
+        ("target", "target_snapshot_id"),
+        ("tombstones", "tombstone_snapshot_id"),
+        ("history", "history_snapshot_id"),
+    ):
+        commit = work.commits.get(role)
+        if commit is not None:
+            setattr(work.result, attribute, commit.snapshot_id)
+
+
+def release(work: TableWork) -> None:
+    """Free the memory of the table's checkpointed frames now, not at a later JVM GC.
+
+    A local checkpoint keeps its blocks (the folded keys: tens of MB per window) until the
+    checkpointed RDD is garbage collected; a session that applies window after window would
+    carry them into the next window's fold.
+    """
+    for frame in (work.folded, work.changes):
+        if frame is None:
+            continue
+        plan = frame._jdf.queryExecution().logical()
+        if plan.getClass().getSimpleName() == "LogicalRDD":  # a checkpoint (changes is one only with history)
+            plan.rdd().unpersist(False)
+    work.folded = work.changes = None
+
+
+def _table_rows(rows: DataFrame, source_table: str | None) -> DataFrame:
+    if source_table is None:
+        return rows.where(F.col("source_table").isNull())
+    return rows.where(F.col("source_table") == F.lit(source_table))
+
+
+def _already_applied(work: TableWork) -> bool:
+    target = work.commits.get("target")
+    if target is None:
+        return False
+    announced = target.apply_properties()
+    if announced.get("tombstones") and work.commits.get("tombstones") is None:
+        return False
+    if announced.get("history") and work.commits.get("history") is None:
+        return False
+    return True
+
+
+def _count_metrics() -> list[Column]:
+    """The window's counts per table, as aggregates over the folded keys (see _record_counts)."""
+    applied = "__action IN ('UPSERT', 'PATCH')"
+    metrics = {
+        "clashing_keys": "count_if(__clash)",
+        "dead_keys": "count_if(__action = 'DEAD')",
+        "dead_letter_rows": "sum(CASE WHEN __action = 'DEAD' THEN __changes END)",
+        "superseded_changes": "sum(CASE WHEN __action != 'DEAD' THEN __not_live END)",
+        "upserts": "count_if(__action = 'UPSERT')",
+        "patches": "count_if(__action = 'PATCH')",
+        "deletes": "count_if(__action = 'DELETE')",
+        "deletes_in_target": "count_if(__action = 'DELETE' AND __in_target)",
+        "revives": f"count_if({applied} AND __tombstoned)",
+        "updates_in_target": f"count_if({applied} AND __in_target)",
+        "other_key_groups": "count_if(startswith(__key, '!'))",
+        "rows_read": "sum(__changes)",
+    }
+    return [F.expr(f"{text} AS {name}") for name, text in metrics.items()]
+
+
+def _record_counts(work: TableWork, counts: Mapping[str, int]) -> None:
+    result = work.result
+    result.clashing_keys += counts["clashing_keys"]
+    result.dead_keys += counts["dead_keys"]
+    result.dead_letter_rows += counts["dead_letter_rows"]
+    result.superseded_changes += counts["superseded_changes"]
+    result.upserts += counts["upserts"]
+    result.patches += counts["patches"]
+    result.deletes += counts["deletes"]
+    work.deletes_in_target += counts["deletes_in_target"]
+    work.revives += counts["revives"]
+    work.updates_in_target += counts["updates_in_target"]
+    work.other_key_groups += counts["other_key_groups"]
+
+
+# --- New target keys ------------------------------------------------------------------------
+# A performance strategy: a new target's key columns are guessed from any one change (a
+# limit-1 read), and the table's first change is read only when some change names other key
+# columns (:func:`fold_tables` then folds the table again). Saves: a full read of the
+# window's key maps for every new target (no timing was recorded for it).
+
+
+def _some_keys(rows: DataFrame, source_table: str | None) -> tuple[str, ...] | None:
+    """The key-column names of one change of the table that names keys (None: no change does).
+
+    The cheap first answer for a new target's keys: Spark stops reading at the first such
+    row. :func:`fold_tables` keeps it only when every change of the table names these same
+    key columns (then the first change does too); otherwise it asks :func:`_first_keys`.
+    """
+    with_keys = _table_rows(rows, source_table).where(F.size("keys") > 0)
+    found = with_keys.select(F.map_keys("keys").alias("names")).limit(1).collect()
+    return tuple(sorted(found[0].names)) if found else None
+
+
+def _first_keys(rows: DataFrame, source_table: str | None) -> tuple[str, ...] | None:
+    """The key-column names of the table's first change in the window that names keys.
+
+    Read only when :func:`_some_keys` cannot stand for it (some change names other key
+    columns): one aggregate over the table's rows.
+    """
+    first_change = F.struct("commit_ts", "ordering_key")
+    with_keys = _table_rows(rows, source_table).where(F.size("keys") > 0)
+    found = with_keys.agg(F.min_by(F.map_keys("keys"), first_change).alias("names")).first()
+    if found is None or not found.names:
+        return None
+    # Sorted here, once, rather than per row (code-point order: Spark's order of UTF-8 text).
+    return tuple(sorted(found.names))
