@@ -13,7 +13,7 @@ append snapshot on the 1.10 Spark 3.5 runtime (tested).
 The same commit records the window's column declarations (:data:`DECLARATIONS_PROPERTY`):
 per source table and distinct ``column_types_json``, the rows and the first commit timestamp.
 Apply plans its targets from them without an aggregate over the window's rows of its own; it
-checks them against the rows as its fold reads them (see ``apply/job.py``).
+checks them against the rows as its fold reads them (see ``apply/declarations.py``).
 
 Once a window's snapshot has been expired (``expire_snapshots``), the tag is gone; a rerun
 then looks for the window's rows instead (``window_id`` column) and still writes nothing. Only
