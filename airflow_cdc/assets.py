@@ -109,20 +109,12 @@ def iceberg_datasets(catalog: IcebergCatalog, tables: Iterable[str], namespace: 
     return datasets
 
 
-def spanner_change_stream_dataset(source_spec: Mapping, resolved_project: str | None = None):
-    """The change stream as an OpenLineage input, named like the google provider names Spanner.
-
-    Namespace ``spanner://<project>/<instance>``, name ``<database>.<change stream>``. The
-    project is the pipeline's, else the one the connection resolved to when the task ran.
-    """
+def source_datasets(inputs):
+    """OpenLineage Datasets of what a source reads: ``(namespace, name)`` pairs as the source
+    names them (:meth:`~airflow_cdc.sources.base.ChangeSource.lineage_inputs`)."""
     from airflow.providers.common.compat.openlineage.facet import Dataset
 
-    connection = source_spec.get("connection", {})
-    project = connection.get("project") or resolved_project or "unknown-project"
-    return Dataset(
-        namespace=f"spanner://{project}/{connection.get('instance')}",
-        name=f"{connection.get('database')}.{source_spec.get('stream_name')}",
-    )
+    return [Dataset(namespace=namespace, name=name) for namespace, name in inputs]
 
 
 def operator_lineage(inputs: list, outputs: list):

@@ -1,14 +1,23 @@
-"""Extract job: read one window of a change source in parallel into the changelog table.
+"""Extract job: read one window of any change source into the changelog table, exactly once.
 
-Usage (spark-submit): ``extract.py --plan <plan.json> --outcome <outcome.json> --result <result.json>``
+Usage (spark-submit): ``extract.py --plan <plan.json> --outcome <outcome.json> --result <result.json>
+[--source-overrides <secrets.json>]``
 
-Procedure (ARCHITECTURE.md, window protocol step 2):
+Procedure (ARCHITECTURE.md, window protocol step 2), the same for every source:
 1. If the changelog already has the commit tagged with this window, write nothing: restore
    the outcome file from that commit and stop (a re-run after a crash at any later point).
-2. Read the planned partitions, one Spark task per partition; children whose parents all
-   reported are read in further rounds, still inside this window (lineage rules).
-3. Check that every source transaction is complete across partitions, or fail naming it.
-4. Append all rows in ONE changelog commit tagged with the window and carrying the outcome
+2. Read the window through the plan's source (:mod:`airflow_cdc.sources.registry`): a source
+   that reads partitions (``read_partition``) is read one Spark task per partition, and
+   children whose parents all reported are read in further rounds, still inside this window
+   (lineage rules); a source whose partitions never split is read in one round. A source
+   that Spark reads natively (``read_window``, e.g. Datastream's files) reads the window in
+   its own way and hands back the same rows and outcomes.
+3. Check that every source transaction is complete across partitions, or fail naming it;
+   drop rows the changelog already holds (``drop_repeats``: sources that deliver at least
+   once).
+4. Commit the window's dead letters to the stream's dead-letter table, once (marked with the
+   window in the commit's summary).
+5. Append all rows in ONE changelog commit tagged with the window and carrying the outcome
    in its snapshot summary, then write the outcome file for the commit task.
 """
 
@@ -18,33 +27,41 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-
 from datetime import timedelta
 
-from airflow_cdc.model import CHANGELOG_COLUMNS, change_row_to_record, format_ts
+from airflow_cdc.model import format_ts
 from airflow_cdc.pipeline.files import WindowOutcomeFile, WindowPlanFile
 from airflow_cdc.pipeline.partition_lineage import WindowLineage, check_transactions, run_rounds
+from airflow_cdc.sources.base import WindowRead, changelog_tuple, dead_letter_tuple
 from airflow_cdc.sources.registry import build_source
+
+# Marks the extract job's dead-letter commit; apply tags its own with the window property.
+DEAD_LETTER_PROPERTY = "airflow-cdc.extract-dead-letters"
 
 _SOURCES: dict[str, object] = {}
 
 
+def window_source(plan: WindowPlanFile):
+    """The plan's source, built once per process (executors reuse one client across tasks)."""
+    key = json.dumps([plan.source, plan.options], sort_keys=True, default=str)
+    source = _SOURCES.get(key)
+    if source is None:
+        source = _SOURCES[key] = build_source(plan.source, plan.options)
+    return source
+
+
 def read_partition_task(plan_json: str, position_json: dict):
-    """Runs on an executor: read one partition; rows leave as changelog tuples."""
+    """Runs on an executor: read one partition; rows and dead letters leave as tuples."""
     from airflow_cdc.pipeline.files import position_from_json
 
     plan = WindowPlanFile.from_json(plan_json)
-    key = json.dumps(plan.source, sort_keys=True)
-    source = _SOURCES.get(key)
-    if source is None:  # one client per executor process, reused across its tasks
+    if not _SOURCES:
         _log_progress_to_stderr()
-        source = _SOURCES[key] = build_source(plan.source)
-    read = source.read_partition(plan.window, position_from_json(position_json))
-    rows = [
-        tuple(change_row_to_record(row)[name] for name, _ in CHANGELOG_COLUMNS)
-        for row in read.rows
-    ]
-    return read.outcome, read.transactions, rows
+    read = window_source(plan).read_partition(plan.window, position_from_json(position_json))
+    window = plan.window
+    rows = [changelog_tuple(row) for row in read.rows]
+    dead = [dead_letter_tuple(window.stream_id, window.window_id, d) for d in read.dead_letters]
+    return read.outcome, read.transactions, rows, dead
 
 
 def _log_progress_to_stderr() -> None:
@@ -72,8 +89,55 @@ def report_round(window, round_number: int, results) -> None:
         )
 
 
+def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
+    """Step 2-3 for a source that reads partitions: rounds of Spark tasks, one per partition."""
+    from pyspark import StorageLevel
+
+    from airflow_cdc.pipeline.files import position_to_json
+
+    sc = spark.sparkContext
+    plan_json = plan.to_json()
+    lineage = WindowLineage(plan.positions, plan.pending_children)
+    reads_done = []
+    dead_letters = []
+
+    def read_round(batch):
+        reads = sc.parallelize(
+            [position_to_json(p) for p in batch], numSlices=max(1, len(batch))
+        ).map(lambda position: read_partition_task(plan_json, position))
+        reads.persist(StorageLevel.MEMORY_AND_DISK)
+        results = reads.map(lambda r: (r[0], r[1], len(r[3]))).collect()
+        reads_done.append(reads)
+        dead_letters.extend(dead for _, _, dead in results)
+        results = [(outcome, tallies) for outcome, tallies, _ in results]
+        report_round(plan.window, lineage.rounds, results)
+        return results
+
+    outcomes, tallies = run_rounds(lineage, read_round)
+    transactions = check_transactions(tallies)
+    rows = sc.union([r.flatMap(lambda r: r[2]) for r in reads_done]) if reads_done else sc.emptyRDD()
+    dead_count = sum(dead_letters)
+    dead = sc.union([r.flatMap(lambda r: r[3]) for r in reads_done]) if dead_count else None
+    return WindowRead(
+        rows=rows,
+        outcomes=outcomes,
+        counts={
+            "records": sum(o.records for o in outcomes),
+            "partitions": len(outcomes),
+            "children": len({c.partition_id for o in outcomes for c in o.children}),
+            "finished": sum(1 for o in outcomes if o.finished),
+            "transactions": len(transactions),
+            "rounds": lineage.rounds,
+            **({"dead_letters": dead_count} if dead_count else {}),
+        },
+        dead_letters=dead,
+        pending_children=tuple(lineage.still_pending),
+        release=lambda: [r.unpersist() for r in reads_done],
+    )
+
+
 def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
-    """Steps 1-4 above; returns the result summary."""
+    """Steps 1-5 above; returns the result summary."""
     from pyspark import StorageLevel
 
     from spark_jobs.changelog import (
@@ -84,53 +148,58 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
     )
 
     table = plan.changelog_table
-    window_id = plan.window.window_id
-    recorded = recorded_window_result(spark, table, window_id, outcome_path)
+    recorded = recorded_window_result(spark, table, plan.window.window_id, outcome_path)
     if recorded is not None:
         return recorded
 
-    from airflow_cdc.pipeline.files import position_to_json
-
-    sc = spark.sparkContext
-    plan_json = plan.to_json()
-    lineage = WindowLineage(plan.positions, plan.pending_children)
-    row_batches = []
-
-    def read_round(batch):
-        reads = sc.parallelize(
-            [position_to_json(p) for p in batch], numSlices=max(1, len(batch))
-        ).map(lambda position: read_partition_task(plan_json, position))
-        reads.persist(StorageLevel.MEMORY_AND_DISK)
-        results = reads.map(lambda r: (r[0], r[1])).collect()
-        row_batches.append(reads.flatMap(lambda r: r[2]))
-        report_round(plan.window, lineage.rounds, results)
-        return results
-
-    outcomes, tallies = run_rounds(lineage, read_round)
-    transactions = check_transactions(tallies)
-    rows = sc.union(row_batches) if row_batches else sc.emptyRDD()
-    frame = spark.createDataFrame(rows, changelog_schema())
+    source = window_source(plan)
+    read = source.read_window(spark, plan) if source.read_window is not None else read_partitions(spark, plan)
+    frame = source.drop_repeats(spark, plan, spark.createDataFrame(read.rows, changelog_schema()))
     frame.persist(StorageLevel.MEMORY_AND_DISK)
     declarations = window_declarations(frame)  # one pass that counts the rows too
-    changes = sum(d.rows for d in declarations)
-    counts = {
-        "changes": changes,
-        "records": sum(o.records for o in outcomes),
-        "partitions": len(outcomes),
-        "children": len({c.partition_id for o in outcomes for c in o.children}),
-        "finished": sum(1 for o in outcomes if o.finished),
-        "transactions": len(transactions),
-        "rounds": lineage.rounds,
-    }
+    if read.dead_letters is not None:
+        append_dead_letters(spark, plan, read.dead_letters)
     outcome = WindowOutcomeFile(
-        window_id=window_id,
-        outcomes=tuple(sorted(outcomes, key=lambda o: o.partition_id)),
-        pending_children=tuple(lineage.still_pending),
-        counts=counts,
+        window_id=plan.window.window_id,
+        outcomes=tuple(sorted(read.outcomes, key=lambda o: o.partition_id)),
+        pending_children=tuple(read.pending_children),
+        counts=source.window_counts(read.counts, sum(d.rows for d in declarations)),
     )
     result = commit_window_with_outcome(spark, table, frame, outcome, outcome_path, declarations)
     frame.unpersist()
+    if read.release is not None:
+        read.release()
     return result
+
+
+def append_dead_letters(spark, plan: WindowPlanFile, dead) -> None:
+    """One commit of the window's extract dead letters, written once (marked in its summary)."""
+    from pyspark.sql import types as T
+
+    from spark_jobs.apply.dead_letters import DEAD_LETTER_COLUMNS
+    from spark_jobs.changelog import changelog_schema
+
+    window_id = plan.window.window_id
+    dead_table = plan.options.get("dead_letter_table") or plan.changelog_table.replace(
+        "_changelog", "_dead_letters")
+    columns = ", ".join(f"`{name}` {kind}" for name, kind in DEAD_LETTER_COLUMNS)
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {dead_table.rsplit('.', 1)[0]}")
+    spark.sql(
+        f"CREATE TABLE IF NOT EXISTS {dead_table} ({columns}) USING iceberg "
+        f"TBLPROPERTIES ('format-version' = '2')"
+    )
+    done = spark.sql(
+        f"SELECT 1 FROM {dead_table}.snapshots WHERE summary[:property] = :window_id LIMIT 1",
+        args={"property": DEAD_LETTER_PROPERTY, "window_id": window_id},
+    ).collect()
+    if done:
+        return
+    schema = T.StructType(
+        list(changelog_schema().fields)
+        + [T.StructField("reason", T.StringType()), T.StructField("target_table", T.StringType())]
+    )
+    frame = spark.createDataFrame(dead.map(lambda r: r + (None,)), schema)
+    frame.writeTo(dead_table).option(f"snapshot-property.{DEAD_LETTER_PROPERTY}", window_id).append()
 
 
 def with_source_overrides(plan: WindowPlanFile, overrides: dict) -> WindowPlanFile:
@@ -159,8 +228,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def run_extract_job(extract, argv: Sequence[str] | None = None) -> int:
-    """The entry point every source's extract job shares: read the plan (merging source
-    overrides), run ``extract(spark, plan, outcome_path)``, write its result summary."""
+    """Read the plan (merging source overrides), run ``extract(spark, plan, outcome_path)``,
+    write its result summary."""
     from pyspark.sql import SparkSession
 
     from spark_jobs.changelog import read_text, write_text

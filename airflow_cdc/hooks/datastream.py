@@ -67,3 +67,43 @@ class DatastreamFilesHook:
         return GCSHook(
             gcp_conn_id=self.gcp_conn_id, impersonation_chain=self.impersonation_chain
         ).download(bucket_name=bucket_name, object_name=object_name)
+
+
+class DatastreamSourceHook(DatastreamFilesHook):
+    """What Datastream's plan step needs of Airflow: the files (GCS or a local folder) and,
+    with ``key_columns_conn_id``, the primary keys of source tables in the source database."""
+
+    def __init__(
+        self,
+        gcp_conn_id: str = "google_cloud_default",
+        impersonation_chain: str | Sequence[str] | None = None,
+        key_columns_conn_id: str | None = None,
+    ) -> None:
+        super().__init__(gcp_conn_id=gcp_conn_id, impersonation_chain=impersonation_chain)
+        self.key_columns_conn_id = key_columns_conn_id
+
+    def primary_keys(self, tables: Sequence[tuple[str, str]]) -> dict[str, list[str]]:
+        """{table identifier: primary-key columns} of the ``(schema, table)`` that have one."""
+        import logging
+
+        from airflow_cdc.hooks.source_keys import SourcePrimaryKeyHook
+        from airflow_cdc.sources.datastream.events import object_identifier
+
+        if not self.key_columns_conn_id:
+            raise ValueError(
+                f"the primary keys of {[f'{s}.{t}' for s, t in tables]} are to be looked up, "
+                f"but no key_columns_conn_id was given: name the connection to the source database"
+            )
+        found = SourcePrimaryKeyHook(self.key_columns_conn_id).primary_keys(list(tables))
+        keyless = sorted(f"{schema}.{table}" for (schema, table), columns in found.items() if not columns)
+        if keyless:
+            logging.getLogger(__name__).warning(
+                "source tables without a primary key in %s: %s; their events are keyed by "
+                "Oracle ROWID (other sources refuse them): declare key_columns for them if "
+                "they have a unique key", self.key_columns_conn_id, keyless,
+            )
+        return {
+            object_identifier(f"{schema}.{table}"): columns
+            for (schema, table), columns in found.items()
+            if columns
+        }

@@ -24,8 +24,10 @@ class SpannerChangeStreamHook(GoogleBaseHook):
         gcp_conn_id: str = "google_cloud_default",
         impersonation_chain: str | Sequence[str] | None = None,
         emulator_host: str | None = None,
+        pass_credentials: bool = True,
         **kwargs,
     ) -> None:
+        self.pass_credentials = pass_credentials
         self.emulator_host = emulator_host or os.environ.get("SPANNER_EMULATOR_HOST")
         if self.emulator_host:
             # GoogleBaseHook reads the gcp connection when built; an emulator needs none, and
@@ -44,7 +46,7 @@ class SpannerChangeStreamHook(GoogleBaseHook):
 
     def connection_for(
         self, instance_id: str, database_id: str, project_id: str | None = None,
-        pass_credentials: bool = True,
+        pass_credentials: bool | None = None,
     ) -> SpannerConnection:
         """Where and how Spark tasks reach the database.
 
@@ -52,7 +54,11 @@ class SpannerChangeStreamHook(GoogleBaseHook):
         short-lived access token of the connection (after impersonation) travels to the Spark
         job in its 0600 job file, never on a command line or in a log; without it, executors
         use their own Application Default Credentials (Dataproc's service account, say).
+        ``pass_credentials`` None takes the hook's (``pass_credentials`` of the pipeline's
+        ``source_conn``).
         """
+        if pass_credentials is None:
+            pass_credentials = self.pass_credentials
         if self.emulator_host:
             return SpannerConnection(
                 project=project_id or "emulator-project",

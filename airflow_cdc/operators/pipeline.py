@@ -1,34 +1,37 @@
 """TaskGroup factories: one call adds a stream's whole window protocol to a DAG.
 
     with DAG(..., schedule=CronDataIntervalTimetable("@hourly", timezone="UTC")):
-        cdc = SpannerChangeStreamPipeline(
-            group_id="orders_cdc", instance_id="prod", database_id="shop",
-            change_stream="OrdersStream", targets={"namespace": "current"},
+        cdc = CdcPipeline(
+            group_id="orders_cdc", source="spanner_change_stream", stream_id="orders",
+            spec={"stream_name": "OrdersStream",
+                  "connection": {"instance": "prod", "database": "shop"}},
+            targets={"namespace": "current"},
         )
         cdc >> downstream_report
 
-plan >> extract >> commit >> apply >> gate, each an ordinary, retryable Airflow task.
+plan >> extract >> commit >> apply >> gate, each an ordinary, retryable Airflow task, the same
+operators for every source. ``SpannerChangeStreamPipeline`` and ``DatastreamPipeline`` are
+shortcuts that name their source's arguments.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 from airflow.providers.common.compat.sdk import TaskGroup
 
 from airflow_cdc.hooks.state import DEFAULT_CONN_ID
-from airflow_cdc.operators.spanner import (
-    SpannerChangeStreamExtractOperator,
-    SpannerChangeStreamPlanOperator,
-    spanner_stream_config,
-)
+from airflow_cdc.operators.spanner import spanner_stream_config
 from airflow_cdc.operators.window import (
     DEFAULT_LEASE_SECONDS,
     CdcApplyOperator,
     CdcCommitWindowOperator,
+    CdcExtractOperator,
+    CdcPlanOperator,
 )
+from airflow_cdc.pipeline.protocol import StreamConfig
 from airflow_cdc.sensors.gate import CdcWindowCompleteSensor
 from airflow_cdc.spark.iceberg import IcebergCatalog
 
@@ -50,27 +53,13 @@ def refuse_zero_width_schedule(dag) -> None:
 
 
 @dataclass(frozen=True)
-class ProtocolSteps:
-    """A source's operator classes for the protocol's steps, and their source arguments.
-
-    ``apply`` is the same for every source: the changelog is source-agnostic.
-    """
-
-    plan: type
-    extract: type
-    commit: type = CdcCommitWindowOperator
-    gate: type = CdcWindowCompleteSensor
-    plan_args: Mapping[str, Any] = field(default_factory=dict)
-    extract_args: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class PipelineOptions:
     """What every pipeline takes, whatever its source: where its tables go, how its Spark jobs
     run, how long a window is leased, and how its plan and gate wait.
 
-    Every factory (``SpannerChangeStreamPipeline``, ``DatastreamPipeline``) takes these as
-    keyword arguments next to its source's own, with these defaults.
+    Every factory (``CdcPipeline``, ``SpannerChangeStreamPipeline``, ``DatastreamPipeline``)
+    takes these as keyword arguments next to its source's own, with these defaults.
+    ``gate_timeout`` also bounds the plan task's wait for a source's evidence.
     """
 
     catalog: IcebergCatalog | None = None
@@ -103,11 +92,18 @@ class PipelineOptions:
         return cls(**options)
 
 
-def protocol_group(*, group_id: str, stream, steps: ProtocolSteps, options: PipelineOptions) -> TaskGroup:
+def protocol_group(
+    *,
+    group_id: str,
+    stream: StreamConfig,
+    options: PipelineOptions,
+    source_conn: Mapping[str, Any] | None = None,
+    wait_poke_interval: float = 30,
+) -> TaskGroup:
     """The TaskGroup ``plan >> extract >> commit >> apply >> gate`` for one stream.
 
-    Every source's factory builds its ``StreamConfig`` and step classes, then calls this,
-    so the wiring, the shared options and the gate's Assets are the same for all.
+    The operators are the same for every source; the stream's spec names the source, and
+    ``source_conn`` are the arguments of the source's Airflow hook.
     """
     from airflow_cdc.assets import pipeline_assets
 
@@ -120,9 +116,16 @@ def protocol_group(*, group_id: str, stream, steps: ProtocolSteps, options: Pipe
     spark = dict(spark_conn_id=options.spark_conn_id, spark_conf=options.spark_conf)
     group_args = {"dag": options.dag} if options.dag is not None else {}
     with TaskGroup(group_id=group_id, **group_args) as group:
-        plan = steps.plan(task_id="plan", **steps.plan_args, **common)
-        extract = steps.extract(task_id="extract", **steps.extract_args, **common, **spark)
-        commit = steps.commit(task_id="commit", **common)
+        plan = CdcPlanOperator(
+            task_id="plan",
+            source_conn=source_conn,
+            deferrable=options.deferrable,
+            wait_poke_interval=wait_poke_interval,
+            wait_timeout=options.gate_timeout,
+            **common,
+        )
+        extract = CdcExtractOperator(task_id="extract", source_conn=source_conn, **common, **spark)
+        commit = CdcCommitWindowOperator(task_id="commit", **common)
         apply = CdcApplyOperator(
             task_id="apply",
             targets=options.targets,
@@ -131,9 +134,10 @@ def protocol_group(*, group_id: str, stream, steps: ProtocolSteps, options: Pipe
             **common,
             **spark,
         )
-        gate = steps.gate(
+        gate = CdcWindowCompleteSensor(
             task_id="gate",
             stream_id=stream.stream_id,
+            source=stream.source_name,
             cdc_state_conn_id=options.cdc_state_conn_id,
             poke_interval=options.gate_poke_interval,
             timeout=options.gate_timeout,
@@ -150,6 +154,59 @@ def protocol_group(*, group_id: str, stream, steps: ProtocolSteps, options: Pipe
     return group
 
 
+def pipeline_group(
+    factory: str,
+    group_id: str,
+    stream: Any,
+    options: Mapping[str, Any],
+    source_conn: Mapping[str, Any] | None = None,
+    wait_poke_interval: float = 30,
+    **overrides: Any,
+) -> TaskGroup:
+    """What every factory does once it has its source's arguments: check the shared options
+    (an unknown name is refused), refuse a zero-width schedule, build the stream (``stream``:
+    a StreamConfig, or a callable taking the options) and the group."""
+    from dataclasses import replace
+
+    from airflow.sdk.definitions._internal.contextmanager import DagContext
+
+    shared = PipelineOptions.named(factory, options)
+    refuse_zero_width_schedule(shared.dag or DagContext.get_current())
+    if callable(stream):
+        stream = stream(shared)
+    return protocol_group(
+        group_id=group_id, stream=stream, options=replace(shared, **overrides),
+        source_conn=source_conn, wait_poke_interval=wait_poke_interval,
+    )
+
+
+def CdcPipeline(  # noqa: N802 - a factory named like the group it makes
+    *,
+    group_id: str,
+    source: str,
+    stream_id: str,
+    spec: Mapping[str, Any],
+    source_conn: Mapping[str, Any] | None = None,
+    wait_poke_interval: float = 30,
+    **options: Any,
+) -> TaskGroup:
+    """One stream of any source into Iceberg: plan >> extract >> commit >> apply >> gate.
+
+    ``source`` names the source: a registered kind (``"spanner_change_stream"``,
+    ``"datastream"``, or one an installed package registers) or an import path
+    (``"my_package.source:MySource"``); ``spec`` is its JSON configuration, validated by the
+    source when the DAG is parsed; ``source_conn`` the arguments of its Airflow hook
+    (connection ids). ``wait_poke_interval`` is how often the plan task asks a source whose
+    evidence comes after the window end. ``options`` are the shared :class:`PipelineOptions`.
+    """
+    def stream(shared: PipelineOptions) -> StreamConfig:
+        return StreamConfig.for_source(
+            source, stream_id, spec, namespace=shared.namespace, work_root=shared.work_root
+        )
+
+    return pipeline_group("CdcPipeline", group_id, stream, options, source_conn, wait_poke_interval)
+
+
 def SpannerChangeStreamPipeline(  # noqa: N802 - a factory named like the group it makes
     *,
     group_id: str,
@@ -164,7 +221,8 @@ def SpannerChangeStreamPipeline(  # noqa: N802 - a factory named like the group 
     impersonation_chain: str | Sequence[str] | None = None,
     **options: Any,
 ) -> TaskGroup:
-    """One Spanner change stream into Iceberg: plan >> extract >> commit >> apply >> gate.
+    """One Spanner change stream into Iceberg: the shortcut for
+    ``CdcPipeline(source="spanner_change_stream", ...)`` naming Spanner's arguments.
 
     ``options`` are the shared :class:`PipelineOptions` (targets, catalog, Spark, leases, the
     gate's timeout ...). ``deferrable`` (default: ``[operators] default_deferrable``) makes the
@@ -174,24 +232,15 @@ def SpannerChangeStreamPipeline(  # noqa: N802 - a factory named like the group 
     that completes emits one event per asset, with the window's bounds, low watermark,
     counts and snapshot ids as extra.
     """
-    from airflow.sdk.definitions._internal.contextmanager import DagContext
+    def stream(shared: PipelineOptions) -> StreamConfig:
+        return spanner_stream_config(
+            stream_id=stream_id, instance_id=instance_id, database_id=database_id,
+            change_stream=change_stream, project_id=project_id, dialect=dialect,
+            heartbeat_milliseconds=heartbeat_milliseconds, namespace=shared.namespace,
+            work_root=shared.work_root,
+        )
 
-    shared = PipelineOptions.named("SpannerChangeStreamPipeline", options)
-    refuse_zero_width_schedule(shared.dag or DagContext.get_current())
-    stream = spanner_stream_config(
-        stream_id=stream_id,
-        instance_id=instance_id,
-        database_id=database_id,
-        change_stream=change_stream,
-        project_id=project_id,
-        dialect=dialect,
-        heartbeat_milliseconds=heartbeat_milliseconds,
-        namespace=shared.namespace,
-        work_root=shared.work_root,
+    return pipeline_group(
+        "SpannerChangeStreamPipeline", group_id, stream, options,
+        {"gcp_conn_id": gcp_conn_id, "impersonation_chain": impersonation_chain},
     )
-    steps = ProtocolSteps(
-        plan=SpannerChangeStreamPlanOperator,
-        extract=SpannerChangeStreamExtractOperator,
-        extract_args={"gcp_conn_id": gcp_conn_id, "impersonation_chain": impersonation_chain},
-    )
-    return protocol_group(group_id=group_id, stream=stream, steps=steps, options=shared)

@@ -1,4 +1,9 @@
-"""Operators of the window protocol that every source shares: extract, commit, apply.
+"""The operators of the window protocol, one set for every source: plan, extract, commit, apply.
+
+Each is parameterized by the stream (:class:`~airflow_cdc.pipeline.protocol.StreamConfig`),
+whose spec names its source (:mod:`airflow_cdc.sources.registry`); what differs between
+sources is asked of the source object (:class:`~airflow_cdc.sources.base.ChangeSource`) and of
+its Airflow hook, built from ``source_conn`` (connection ids and the like).
 
 Each DAG run owns one window ``[data_interval_start, data_interval_end)``. The lease owner
 is the DAG run, so a cleared task of the same run continues its own window, while a second
@@ -79,14 +84,20 @@ def kept_lease(store, window: Window, owner: str, lease_seconds: float, log=None
 
 
 class CdcWindowOperator(BaseOperator):
-    """Base of the protocol's operators: stream, state store, catalog, work folder."""
+    """Base of the protocol's operators: stream, source, state store, catalog, work folder.
+
+    ``source_conn`` are the arguments of the source's Airflow hook (e.g. ``gcp_conn_id``);
+    they are templated.
+    """
 
     ui_color = "#e8f4fd"
+    template_fields = ("source_conn",)
 
     def __init__(
         self,
         *,
         stream: StreamConfig,
+        source_conn: Mapping[str, Any] | None = None,
         catalog: IcebergCatalog | None = None,
         cdc_state_conn_id: str = DEFAULT_CONN_ID,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
@@ -94,9 +105,22 @@ class CdcWindowOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.stream = stream
+        self.source_conn = dict(source_conn or {})
         self.catalog = catalog
         self.cdc_state_conn_id = cdc_state_conn_id
         self.lease_seconds = lease_seconds
+
+    def change_source(self, options: Mapping[str, Any] | None = None):
+        """The stream's source (:class:`~airflow_cdc.sources.base.ChangeSource`)."""
+        from airflow_cdc.sources.registry import build_source
+
+        return build_source(self.stream.source_spec, options)
+
+    def source_hook(self, source):
+        """The source's Airflow hook built from ``source_conn`` (None if it needs none)."""
+        from airflow_cdc.hooks.source import source_hook
+
+        return source_hook(source, self.source_conn)
 
     @property
     def stream_config(self) -> StreamConfig:
@@ -142,12 +166,15 @@ class CdcWindowOperator(BaseOperator):
 class CdcPlanOperator(CdcWindowOperator):
     """Steps 0 and 1: wait until the window can be read, then plan it.
 
-    A source whose evidence arrives after the window end gives a readiness probe
-    (:meth:`readiness_probe`): planning waits until the probe says the window's evidence can
-    be read, deferred to :class:`~airflow_cdc.triggers.ready.CdcWindowReadyTrigger` (the
-    worker slot is freed) or, with ``deferrable=False``, polling in the task. A wait that
-    outlasts ``wait_timeout`` fails the task naming the probe's reason; the window stays
-    unplanned and nothing is skipped. Subclasses implement :meth:`plan`.
+    A source whose evidence for ``[s, e)`` exists only some time after ``e``
+    (:meth:`~airflow_cdc.sources.base.ChangeSource.evidence_delay`: Datastream's lateness)
+    is asked (:meth:`~airflow_cdc.sources.base.ChangeSource.readiness`) until it says the
+    window can be read, deferred to :class:`~airflow_cdc.triggers.ready.CdcWindowReadyTrigger`
+    (the worker slot is freed) or, with ``deferrable=False``, polling in the task. A wait that
+    outlasts ``wait_timeout`` fails the task naming the source's reason; the window stays
+    unplanned and nothing is skipped. Then the window is planned: its partitions (the
+    stream's first window: the source's initial ones; partitions the source discovered are
+    added) and the source's plan options go into the state store and the plan file.
     """
 
     def __init__(
@@ -164,11 +191,58 @@ class CdcPlanOperator(CdcWindowOperator):
         self.wait_timeout = float(wait_timeout)
 
     def readiness_probe(self, context) -> tuple[str, dict] | None:
-        """``("module:Class", kwargs)`` of the window's readiness probe; None plans at once."""
-        return None
+        """``("module:Class", kwargs)`` of the window's readiness probe; None plans at once
+        (a source whose evidence exists at the window end and that keeps the base rule)."""
+        from airflow_cdc.sources.base import ChangeSource
+        from airflow_cdc.triggers.ready import SourceWindowProbe
+
+        source = self.change_source()
+        if (source.evidence_delay().total_seconds() <= 0
+                and type(source).readiness is ChangeSource.readiness):
+            return None
+        window = self.window(context)
+        return (
+            f"{SourceWindowProbe.__module__}:{SourceWindowProbe.__qualname__}",
+            {
+                "source_spec": self.stream.source_spec,
+                "window_start": format_ts(window.start),
+                "window_end": format_ts(window.end),
+                "cdc_state_conn_id": self.cdc_state_conn_id,
+                "source_conn": dict(self.source_conn),
+            },
+        )
 
     def plan(self, context) -> dict:
-        raise NotImplementedError
+        from datetime import datetime, timezone
+
+        from airflow_cdc.pipeline.protocol import plan_window
+
+        config = self.stream_config
+        window = self.window(context)
+        source = self.change_source()
+        hook = self.source_hook(source)
+        now = datetime.now(timezone.utc)
+        found = source.discover(window, now, hook)
+        store = self.state_store()
+        plan = self.open_window(context, store, window, lambda: plan_window(
+            store,
+            config,
+            window,
+            run_owner(context),
+            self.lease_seconds,
+            source.initial_positions(window),
+            self.iceberg_catalog.name,
+            new_partitions=found.partitions,
+            plan_options=lambda kept: source.plan_options(kept, now, hook),
+        ))
+        return {
+            "window_id": window.window_id,
+            "attempt": plan.attempt,
+            "partitions": len(plan.positions),
+            "pending_children": len(plan.pending_children),
+            **found.seen,
+            **source.plan_summary(plan),
+        }
 
     def execute(self, context) -> dict:
         import time
@@ -294,20 +368,37 @@ class CdcSparkOperator(CdcWindowOperator):
 
 
 class CdcExtractOperator(CdcSparkOperator):
-    """Step 2: the extract Spark job reads the planned partitions into the changelog.
+    """Step 2: the extract Spark job (``spark_jobs/extract.py``, the same for every source)
+    reads the planned partitions into the changelog.
 
-    A source's extract sets ``job_entry_point``: the name of its job in ``spark_jobs``.
+    The source's short-lived secrets (:meth:`~airflow_cdc.sources.base.ChangeSource.
+    extract_overrides`, through its hook) reach the job in a 0600 file removed afterwards. A
+    source that is not part of airflow-cdc travels with the job: its top-level package is
+    zipped into the job's ``--py-files``.
     """
 
-    job_entry_point = "extract"
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._resolved: dict = {}
 
     def source_overrides(self, context) -> dict:
-        """Short-lived secrets the job needs (written to a 0600 file, removed afterwards)."""
-        return {}
+        source = self.change_source()
+        self._resolved = source.extract_overrides(self.source_hook(source))
+        return self._resolved
 
     def source_datasets(self) -> list:
-        """OpenLineage inputs: the source stream, tables or objects (sources override this)."""
-        return []
+        """OpenLineage inputs: what the source names as read (its stream, bucket, tables)."""
+        from airflow_cdc.assets import source_datasets
+
+        return source_datasets(self.change_source().lineage_inputs(self._resolved))
+
+    def source_py_files(self) -> list[str]:
+        """The zip of the source's own package when it is not airflow-cdc's."""
+        from airflow_cdc.sources.registry import source_package
+        from airflow_cdc.spark.packaging import build_py_files
+
+        package = source_package(self.stream.source_spec)
+        return [] if package is None else [str(build_py_files([package]))]
 
     def get_openlineage_facets_on_complete(self, task_instance):
         """Lineage: the source stream in, the stream's Iceberg changelog out."""
@@ -342,11 +433,12 @@ class CdcExtractOperator(CdcSparkOperator):
             write_private(overrides_path, json.dumps(overrides))
             args += ["--source-overrides", str(overrides_path)]
         spec = iceberg_job_spec(
-            self.job_entry_point,
+            "extract",
             self.iceberg_catalog,
             args,
             name=f"cdc-extract-{window.stream_id}-{format_ts(window.start)}",
             conf=self.job_conf(context),
+            py_files=self.source_py_files(),
         )
         try:
             self.run_job(spec, store, window, owner)
@@ -370,7 +462,11 @@ class CdcExtractOperator(CdcSparkOperator):
 
 
 class CdcCommitWindowOperator(CdcWindowOperator):
-    """Step 3: record the extract's partition outcomes in one state-store transaction."""
+    """Step 3: record the extract's partition outcomes in one state-store transaction.
+
+    The summary adds the source's own counts (:attr:`~airflow_cdc.sources.base.ChangeSource.
+    summary_counts`), and the source's warnings about them are logged.
+    """
 
     def execute(self, context) -> dict:
         window = self.window(context)
@@ -379,7 +475,11 @@ class CdcCommitWindowOperator(CdcWindowOperator):
             store, self.stream_config, window, run_owner(context), self.lease_seconds
         )
         log_partition_progress(self.log, store, window)
-        summary = window_summary(record)
+        source = self.change_source()
+        counts = dict(record.counts or {})
+        for warning in source.commit_warnings(counts):
+            self.log.warning("window %s: %s", window.window_id, warning)
+        summary = {**window_summary(record), **{k: counts.get(k) for k in source.summary_counts}}
         mirror_task_progress(context, "commit", summary)
         return summary
 

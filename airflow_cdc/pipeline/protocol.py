@@ -34,9 +34,10 @@ from airflow_cdc.pipeline.partition_lineage import PendingChild
 
 # Source spec keys that may hold secrets: never in plan files, fingerprints, logs or XCom.
 SECRET_KEYS = frozenset({"access_token", "password", "credentials", "token"})
-# Source spec keys that say how to type what is read, not where it is read from: declaring a
-# column's type later must not make the state store refuse the stream's recorded positions.
-TYPING_KEYS = frozenset({"column_types"})
+# Source spec keys that say how to read, not what is read: declaring a column's type, tuning a
+# source's settings (lateness, settle time) or moving its class to another module later must
+# not make the state store refuse the stream's recorded positions.
+UNFINGERPRINTED_KEYS = frozenset({"column_types", "settings", "class"})
 
 
 # Counts the state store derives from the outcomes itself; an extract job's other counts
@@ -68,6 +69,23 @@ class StreamConfig:
                 f"credentials through the Airflow connection, not the pipeline arguments"
             )
 
+    @classmethod
+    def for_source(
+        cls, source: str, stream_id: str, spec: Mapping, *, namespace: str = "cdc", work_root: str = ""
+    ) -> StreamConfig:
+        """The stream of ``source`` (a kind or ``module:Class``) configured by ``spec``, which the
+        source validates now (when the DAG is parsed)."""
+        from airflow_cdc.sources.registry import source_spec
+
+        recorded = source_spec(source, stream_id, spec)  # the source's own checks come first
+        return cls(stream_id=stream_id, source_kind=recorded["kind"], source_spec=recorded,
+                   namespace=namespace, work_root=work_root)
+
+    @property
+    def source_name(self) -> str:
+        """How the registry finds this stream's source: its import path, else its kind."""
+        return self.source_spec.get("class") or self.source_kind
+
     @property
     def changelog_table(self) -> str:
         """``<namespace>.<stream>_changelog`` (the catalog name is added by the Spark side)."""
@@ -80,7 +98,7 @@ class StreamConfig:
     @property
     def fingerprint(self) -> str:
         """Changes when the source config changes: the state store then refuses the stream."""
-        spec = {k: v for k, v in self.source_spec.items() if k not in TYPING_KEYS}
+        spec = {k: v for k, v in self.source_spec.items() if k not in UNFINGERPRINTED_KEYS}
         text = json.dumps({"kind": self.source_kind, "spec": spec}, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
@@ -143,10 +161,10 @@ def plan_window(
         )
         for p in store.list_partitions(config.stream_id, states=[PartitionState.CREATED])
     )
-    options = {}
+    options = {"dead_letter_table": f"{catalog_name}.{config.dead_letter_table}"}
     if plan_options is not None:
         kept = WindowPlanFile.from_json(path.read_text()) if path.exists() else None
-        options = plan_options(kept.options if kept is not None else None)
+        options.update(plan_options(kept.options if kept is not None else None))
     plan_file = WindowPlanFile(
         window=window,
         positions=tuple(plan.positions),
@@ -215,15 +233,17 @@ def commit_window(
     return store.commit_window(window, owner, list(outcome.outcomes), extra)
 
 
-def predecessor_readiness(store, window: Window) -> Readiness | None:
-    """Why ``window`` cannot be planned yet because of the window before it, or None if it can.
+def planning_readiness(store, window: Window) -> Readiness | None:
+    """What the protocol itself says about planning ``window`` now, before its source is asked;
+    None when only the source can tell.
 
-    Windows of a stream commit strictly in order: W waits while W-1 is still running
-    (PLANNED or EXTRACTED). A FAILED W-1 will not commit by waiting, so that is not a wait:
-    planning then fails and names it (re-run W-1 first).
+    A window planned before is ready: its re-run returns the recorded plan and reads what the
+    first run read, whatever the source shows now. Windows of a stream commit strictly in
+    order: W waits while W-1 is still running (PLANNED or EXTRACTED). A FAILED W-1 will not
+    commit by waiting, so that is not a wait: planning then fails and names it (re-run W-1).
     """
     if store.get_window(window.stream_id, window.start) is not None:
-        return None  # already planned: a re-run returns the recorded plan
+        return Readiness(True, "the window was planned before: its recorded plan is read")
     earlier = [w for w in store.list_windows(window.stream_id) if w.start < window.start]
     if not earlier or earlier[-1].committed or earlier[-1].state is WindowState.FAILED:
         return None
@@ -253,8 +273,15 @@ class GateStatus:
     lagging: tuple[LaggingPartition, ...] = field(default=())
 
 
-def gate_status(store, window: Window) -> GateStatus:
-    """Open when apply committed and every partition live in the window reached its end."""
+def gate_status(store, window: Window, covers: Callable | None = None) -> GateStatus:
+    """Open when apply committed and every partition live in the window covered it.
+
+    ``covers(window, watermark, finished)`` is the source's rule
+    (:meth:`~airflow_cdc.sources.base.ChangeSource.covers`; the base rule by default).
+    """
+    from airflow_cdc.sources.base import ChangeSource
+
+    covers = covers or ChangeSource.covers
     record = store.get_window(window.stream_id, window.start)
     if record is None:
         return GateStatus(False, f"window {window.window_id} was never planned")
@@ -282,9 +309,8 @@ def gate_status(store, window: Window) -> GateStatus:
             (w for w in (wp.watermark, partition.watermark if partition else None) if w),
             default=None,
         )
-        if partition is not None and partition.state is PartitionState.FINISHED:
-            continue
-        if watermark is None or watermark < window.end:
+        finished = partition is not None and partition.state is PartitionState.FINISHED
+        if not covers(window, watermark, finished):
             since = partition.watermark_since if partition else None
             lagging.append(LaggingPartition(partition_id, watermark or wp.start, since or wp.start))
     if lagging:

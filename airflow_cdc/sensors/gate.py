@@ -58,7 +58,13 @@ def asset_event_extra(summary: dict) -> dict:
 
 
 class CdcWindowCompleteSensor(BaseSensorOperator):
-    """Succeeds when the DAG run's window of ``stream_id`` is proven complete."""
+    """Succeeds when the DAG run's window of ``stream_id`` is proven complete.
+
+    ``source`` (a source kind or ``module:Class``; the pipelines pass the stream's) gives the
+    gate its rule (:meth:`~airflow_cdc.sources.base.ChangeSource.covers`) and says when a
+    window was declared complete rather than proven (:meth:`~airflow_cdc.sources.base.
+    ChangeSource.completeness_note`); without it, the base rule.
+    """
 
     ui_color = "#d4f7dc"
 
@@ -66,6 +72,7 @@ class CdcWindowCompleteSensor(BaseSensorOperator):
         self,
         *,
         stream_id: str,
+        source: str | None = None,
         cdc_state_conn_id: str = DEFAULT_CONN_ID,
         deferrable: bool | None = None,
         **kwargs: Any,
@@ -73,6 +80,7 @@ class CdcWindowCompleteSensor(BaseSensorOperator):
         kwargs.setdefault("poke_interval", 30)
         kwargs.setdefault("timeout", 6 * 3600)
         super().__init__(**kwargs)
+        self.source = source
         self.stream_id = stream_id
         self.cdc_state_conn_id = cdc_state_conn_id
         self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
@@ -93,7 +101,7 @@ class CdcWindowCompleteSensor(BaseSensorOperator):
     def poke(self, context) -> bool:
         store = CdcStateHook(cdc_state_conn_id=self.cdc_state_conn_id).get_store()
         window = window_from_context(self.stream_id, context)
-        status = gate_status(store, window)
+        status = gate_status(store, window, self._covers())
         if not status.open:
             if status.reason != self._last_reason:
                 self.log.info("window %s stays closed: %s", window.window_id, status.reason)
@@ -121,6 +129,7 @@ class CdcWindowCompleteSensor(BaseSensorOperator):
                 cdc_state_conn_id=self.cdc_state_conn_id,
                 poll_interval=self.poke_interval,
                 deadline=format_ts(deadline),
+                source=self.source,
             ),
             method_name="execute_complete",
             timeout=timedelta(seconds=self.timeout) + _DEFERRAL_BACKSTOP,
@@ -152,7 +161,7 @@ class CdcWindowCompleteSensor(BaseSensorOperator):
         # The trigger saw the gate open; the rule is checked again here, where the window is
         # marked COMPLETE, so a trigger that fired twice or late cannot complete a window the
         # state store no longer proves complete.
-        gate = gate_status(store, window)
+        gate = gate_status(store, window, self._covers())
         if not gate.open:
             raise AirflowException(
                 f"window {window.window_id}: the trigger reported it complete but the state "
@@ -161,13 +170,25 @@ class CdcWindowCompleteSensor(BaseSensorOperator):
         self._complete(context, store, window, gate.reason, polls=event.get("polls"))
 
     # --- both ---------------------------------------------------------------------------------
-    def completeness(self, store, window, reason: str) -> tuple[str, dict]:
-        """The note recorded with the window, and fields added to its summary and Asset extra.
+    def _source_class(self):
+        from airflow_cdc.sources.base import ChangeSource
+        from airflow_cdc.sources.registry import source_class
 
-        A source overrides this to say how completeness was established (Datastream: the
-        idle timeout). The gate's rule itself is the same for every source.
-        """
-        return reason, {}
+        return source_class(self.source) if self.source else ChangeSource
+
+    def _covers(self):
+        return self._source_class().covers
+
+    def completeness(self, store, window, reason: str) -> tuple[str, dict]:
+        """The note recorded with the window, and the ``completeness`` field added to its
+        summary and Asset extra: ``evidence``, or the source's label when the source declared
+        the window complete (Datastream: ``idle-timeout``)."""
+        record = store.get_window(window.stream_id, window.start)
+        declared = self._source_class().completeness_note((record.counts or {}) if record else {})
+        if declared is None:
+            return reason, {"completeness": "evidence"}
+        label, explanation = declared
+        return f"{label}: {explanation}; {reason}", {"completeness": label}
 
     def _complete(self, context, store, window, reason: str, polls: int | None = None) -> dict:
         note, fields = self.completeness(store, window, reason)

@@ -1,16 +1,56 @@
-"""The small interface every change source implements (ARCHITECTURE.md, "The sources").
+"""The seam every change source plugs into: what a source knows that the window protocol needs.
 
-An adapter plans where a stream's first window starts, reads one partition for one window
-(yielding change rows and the progress evidence the gate needs), and describes its ordering
-key. Nothing outside ``airflow_cdc/sources/<source>/`` knows a source's wire format.
+A source is one class deriving from :class:`ChangeSource`, in its own package
+(``airflow_cdc/sources/<kind>/`` or any package of the user's), registered by kind
+(:mod:`.registry`). The protocol (plan, extract, commit, apply, gate; ``pipeline/``,
+``spark_jobs/extract.py`` and the operators) is written once against this class and never
+against a source. Step by step, what the protocol asks of a source:
+
+====================  =====================================================================
+step 0 (when)         :meth:`ChangeSource.evidence_delay` and :meth:`ChangeSource.readiness`:
+                      how long after a window's end its evidence can exist, and whether it
+                      does now. The plan task waits (deferred) until it does.
+step 1 (plan)         :meth:`ChangeSource.initial_positions` (a stream's first window),
+                      :meth:`ChangeSource.discover` (partitions found at plan time, such as
+                      Datastream's files), :meth:`ChangeSource.plan_options` (choices a
+                      re-run must repeat, kept in the plan file).
+step 2 (extract)      :meth:`ChangeSource.read_partition` over ``[start, e)`` (the extract job
+                      runs rounds when partitions split), or :meth:`ChangeSource.read_window`
+                      for a source Spark reads natively; :meth:`ChangeSource.drop_repeats`
+                      for a source that delivers at least once; :meth:`ChangeSource.
+                      extract_overrides` for short-lived credentials.
+step 3 (commit)       :meth:`ChangeSource.commit_warnings`, :attr:`ChangeSource.summary_counts`.
+step 5 (gate)         :meth:`ChangeSource.covers`: which evidence proves a partition covered
+                      the window; :meth:`ChangeSource.completeness_note` when completeness was
+                      declared (an idle timeout) rather than proven.
+apply                 :meth:`ChangeSource.canonical_type`: the source's column types in the
+                      canonical names of :mod:`airflow_cdc.sources.column_types`, and
+                      :attr:`ChangeSource.ordering_key_parts`.
+====================  =====================================================================
+
+A source is built from its JSON spec (:meth:`ChangeSource.from_spec`) on the Airflow side and
+on Spark executors alike, so it must not import Airflow; whatever needs an Airflow
+connection (listing a bucket, minting a token, reading a catalog) goes through the object
+named by :attr:`ChangeSource.airflow_hook`, which the Airflow side builds and hands in.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from datetime import datetime, timedelta
+from typing import Any, ClassVar
 
-from airflow_cdc.model import ChangeRow, PartitionOutcome, PartitionPosition, Window
+from airflow_cdc.model import (
+    CHANGELOG_COLUMNS,
+    ChangeRow,
+    PartitionOutcome,
+    PartitionPosition,
+    Readiness,
+    Window,
+    format_ts,
+)
 
 
 @dataclass(frozen=True)
@@ -28,24 +68,190 @@ class TransactionTally:
 
 
 @dataclass(frozen=True)
+class DeadLetter:
+    """A record a source could not turn into a change row: kept whole, with the reason."""
+
+    partition_id: str
+    raw: str
+    reason: str
+    source_table: str | None = None
+    event_id: str | None = None
+
+
+@dataclass(frozen=True)
 class PartitionRead:
     """What reading one partition over one window returned."""
 
     rows: tuple[ChangeRow, ...]
     outcome: PartitionOutcome
     transactions: tuple[TransactionTally, ...] = field(default=())
+    dead_letters: tuple[DeadLetter, ...] = field(default=())
 
 
-class ChangeSource(Protocol):
-    """A change source as the window protocol sees it."""
+@dataclass
+class WindowRead:
+    """What a source that reads a whole window at once (:meth:`ChangeSource.read_window`) returns.
 
-    kind: str
-    ordering_key_parts: tuple[str, ...]
+    ``rows`` and ``dead_letters`` are Spark RDDs of changelog tuples and dead-letter tuples
+    (:func:`changelog_tuple`, :func:`dead_letter_tuple`); ``counts`` are the source's own
+    counts of the window (they reach the state store and XCom as the job reports them).
+    """
 
+    rows: Any
+    outcomes: list[PartitionOutcome]
+    counts: dict = field(default_factory=dict)
+    dead_letters: Any = None
+    pending_children: tuple = ()  # children a later window reads (their parents not all read)
+    release: Any = None  # called once the window is committed (unpersist what was cached)
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """Partitions a source found at plan time, and what it saw, for the plan task's summary."""
+
+    partitions: tuple[PartitionPosition, ...] = ()
+    seen: Mapping[str, Any] = field(default_factory=dict)
+
+
+_CHANGELOG_NAMES = tuple(name for name, _ in CHANGELOG_COLUMNS)
+
+
+def changelog_tuple(row: ChangeRow) -> tuple:
+    """``row`` as one changelog table row, in column order (what Spark tasks hand back)."""
+    from airflow_cdc.model import change_row_to_record
+
+    record = change_row_to_record(row)
+    return tuple(record[name] for name in _CHANGELOG_NAMES)
+
+
+def dead_letter_tuple(stream: str, window_id: str, dead: DeadLetter) -> tuple:
+    """``dead`` as one row of the stream's dead-letter table (changelog columns + reason)."""
+    record = dict.fromkeys(_CHANGELOG_NAMES)
+    record.update(
+        stream=stream,
+        window_id=window_id,
+        partition_id=dead.partition_id,
+        source_table=dead.source_table,
+        event_id=dead.event_id,
+        source_metadata_json=json.dumps({"partition": dead.partition_id, "raw": dead.raw[:100_000]}),
+    )
+    return tuple(record[name] for name in _CHANGELOG_NAMES) + (f"extract: {dead.reason}",)
+
+
+class ChangeSource:
+    """A change source as the window protocol sees it. Subclasses set :attr:`kind` and
+    implement :meth:`initial_positions` and one of :meth:`read_partition` / :meth:`read_window`;
+    everything else has a default that fits a source whose evidence exists at the window end.
+    """
+
+    #: The registered name (an identifier); the state store records it with the stream.
+    kind: ClassVar[str] = ""
+    #: The parts of the ordering key, in order (documentation and the changelog's metadata).
+    ordering_key_parts: ClassVar[tuple[str, ...]] = ()
+    #: True when partitions end in children (split/merge): extract reads in rounds.
+    partitions_split: ClassVar[bool] = False
+    #: ``module:Class`` of the Airflow-side object the plan and extract steps hand to the
+    #: source's hooks (built with the pipeline's ``source_conn`` arguments), or None.
+    airflow_hook: ClassVar[str | None] = None
+    #: The source's own window counts that the commit and gate summaries show.
+    summary_counts: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, spec: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> None:
+        self.spec = dict(spec)
+        self.options = dict(options or {})
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any], options: Mapping[str, Any] | None = None):
+        """The source configured by ``spec`` (the stream's JSON spec) and a plan's ``options``."""
+        return cls(spec, options)
+
+    @classmethod
+    def validate_spec(cls, stream_id: str, spec: Mapping[str, Any]) -> dict:
+        """The spec as the stream records it; refuse a bad one naming the key and the fix.
+
+        Called when the DAG is parsed, so a mistake fails there and not in a worker.
+        """
+        return dict(spec)
+
+    # --- step 0: when may a window be read ---------------------------------------------------
+    def evidence_delay(self) -> timedelta:
+        """How long after a window's end the evidence that covers it can exist."""
+        return timedelta(0)
+
+    def readiness(self, window: Window, now: datetime, known: Sequence, hook: Any) -> Readiness:
+        """Whether ``window`` may be planned at ``now``; ``known`` are the stream's partitions
+        in the state store. The default waits out :meth:`evidence_delay`."""
+        due = window.end + self.evidence_delay()
+        if now >= due:
+            return Readiness(True, f"the window's evidence can exist since {format_ts(due)}")
+        return Readiness(
+            False, f"the window's evidence cannot exist before {format_ts(due)}", retry_at=due
+        )
+
+    # --- step 1: plan -------------------------------------------------------------------------
     def initial_positions(self, window: Window) -> list[PartitionPosition]:
         """Where the stream's first window starts reading."""
-        ...
+        raise NotImplementedError(f"source {self.kind!r} does not say where a stream starts")
+
+    def discover(self, window: Window, now: datetime, hook: Any) -> Discovery:
+        """Partitions that exist since the last window (created when the window opens)."""
+        return Discovery()
+
+    def plan_options(self, kept: Mapping | None, planned_at: datetime, hook: Any) -> dict:
+        """Options the extract reads from the plan file. ``kept``: an earlier attempt's (None
+        for the first), so a choice made once stays the same on every re-plan."""
+        return {}
+
+    def plan_summary(self, plan) -> dict:
+        """What the plan task adds to its XCom summary about ``plan`` (a WindowPlanFile)."""
+        return {}
+
+    # --- step 2: extract ----------------------------------------------------------------------
+    def extract_overrides(self, hook: Any) -> dict:
+        """Short-lived secrets merged into the spec for the extract job (never in a plan file)."""
+        return {}
 
     def read_partition(self, window: Window, position: PartitionPosition) -> PartitionRead:
-        """Read one partition from ``position`` to the window's end."""
-        ...
+        """Read one partition from ``position`` to the window's end (on a Spark executor)."""
+        raise NotImplementedError(f"source {self.kind!r} reads whole windows (read_window)")
+
+    #: Override with ``def read_window(self, spark, plan) -> WindowRead`` for a source whose
+    #: window Spark reads natively (files); None: the extract job reads partition by partition.
+    read_window = None
+
+    def drop_repeats(self, spark, plan, frame):
+        """The window's changelog frame without rows the changelog already holds (for sources
+        that deliver at least once); the default keeps every row."""
+        return frame
+
+    def window_counts(self, counts: dict, changes: int) -> dict:
+        """The window's counts once ``changes`` rows (after :meth:`drop_repeats`) are known."""
+        return {**counts, "changes": changes}
+
+    # --- step 3: commit, step 5: gate ---------------------------------------------------------
+    def commit_warnings(self, counts: Mapping[str, Any]) -> list[str]:
+        """Warnings the commit task logs about a committed window's counts."""
+        return []
+
+    @staticmethod
+    def covers(window: Window, watermark: datetime | None, finished: bool) -> bool:
+        """Whether a partition's evidence proves it covered ``window`` (the gate's rule, I4)."""
+        return finished or (watermark is not None and watermark >= window.end)
+
+    @classmethod
+    def completeness_note(cls, counts: Mapping[str, Any]) -> tuple[str, str] | None:
+        """(label, explanation) when a window's completeness was declared rather than proven
+        by evidence (an idle timeout), from its counts; None when evidence proved it."""
+        return None
+
+    # --- apply and lineage --------------------------------------------------------------------
+    def canonical_type(self, source_type: Any) -> str:
+        """A column type as this source names it -> the canonical type name apply reads."""
+        from airflow_cdc.sources.column_types import parse_source_type
+
+        return str(parse_source_type(source_type))
+
+    def lineage_inputs(self, resolved: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """(namespace, name) of the source for OpenLineage; ``resolved`` is what
+        :meth:`extract_overrides` returned."""
+        return []

@@ -77,8 +77,10 @@ class CdcWindowCompleteTrigger(BaseTrigger):
         cdc_state_conn_id: str = DEFAULT_CONN_ID,
         poll_interval: float = 30.0,
         deadline: str | None = None,
+        source: str | None = None,
     ) -> None:
         super().__init__()
+        self.source = source
         self.stream_id = stream_id
         self.window_start = window_start
         self.window_end = window_end
@@ -97,6 +99,7 @@ class CdcWindowCompleteTrigger(BaseTrigger):
                 "cdc_state_conn_id": self.cdc_state_conn_id,
                 "poll_interval": self.poll_interval,
                 "deadline": self.deadline,
+                "source": self.source,
             },
         )
 
@@ -109,10 +112,11 @@ class CdcWindowCompleteTrigger(BaseTrigger):
         """One synchronous look at the state store (runs in a worker thread)."""
         from airflow_cdc.hooks.state import CdcStateHook
         from airflow_cdc.pipeline.protocol import gate_status
+        from airflow_cdc.sources.registry import source_covers
 
         if self._store is None:
             self._store = CdcStateHook(cdc_state_conn_id=self.cdc_state_conn_id).get_store()
-        return gate_status(self._store, self._window())
+        return gate_status(self._store, self._window(), source_covers(self.source))
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         from airflow_cdc.model import parse_ts

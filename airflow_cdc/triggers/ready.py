@@ -22,6 +22,49 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 
+class SourceWindowProbe:
+    """Step 0 for any source: may the window be planned now?
+
+    First the protocol's own answer (planned before: ready; the previous window still
+    running: wait, :func:`~airflow_cdc.pipeline.protocol.planning_readiness`), then the
+    source's (:meth:`~airflow_cdc.sources.base.ChangeSource.readiness`, given the stream's
+    known partitions and the source's Airflow hook). Built from JSON kwargs, in the plan task
+    or in the triggerer, and kept for the whole wait, so a source may cache what it read.
+    """
+
+    def __init__(
+        self,
+        *,
+        source_spec: dict,
+        window_start: str,
+        window_end: str,
+        cdc_state_conn_id: str | None = None,
+        source_conn: dict | None = None,
+    ) -> None:
+        from airflow_cdc.hooks.source import source_hook
+        from airflow_cdc.hooks.state import DEFAULT_CONN_ID
+        from airflow_cdc.model import Window, parse_ts
+        from airflow_cdc.sources.registry import build_source
+
+        self.source = build_source(source_spec)
+        self.window = Window(source_spec["stream_id"], parse_ts(window_start), parse_ts(window_end))
+        self.cdc_state_conn_id = cdc_state_conn_id or DEFAULT_CONN_ID
+        self.hook = source_hook(self.source, source_conn)
+        self._store = None
+
+    def check(self, now: datetime):
+        from airflow_cdc.hooks.state import CdcStateHook
+        from airflow_cdc.pipeline.protocol import planning_readiness
+
+        if self._store is None:
+            self._store = CdcStateHook(cdc_state_conn_id=self.cdc_state_conn_id).get_store()
+        decided = planning_readiness(self._store, self.window)
+        if decided is not None:
+            return decided
+        known = self._store.list_partitions(self.window.stream_id)
+        return self.source.readiness(self.window, now, known, self.hook)
+
+
 def load_probe(classpath: str, kwargs: dict):
     """The probe ``module:Class`` built with ``kwargs``."""
     module_name, _, name = classpath.partition(":")

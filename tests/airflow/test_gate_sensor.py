@@ -106,6 +106,7 @@ def test_gate_emits_the_asset_event_with_the_window_extra(completed):
                 "changes": 5,
                 "changelog_snapshot_id": 11,
                 "target_snapshot_ids": {TARGET: 7},
+                "completeness": "evidence",
             },
         )
     ]

@@ -109,7 +109,7 @@ def run_extract(spark, namespace: str, work: Path, win: Window, files: list[Path
     source spec.
     """
     from airflow_cdc.operators.datastream import datastream_stream_config
-    from spark_jobs.datastream_extract import extract_datastream_window
+    from spark_jobs.extract import extract_window
 
     positions = [
         PartitionPosition(str(f), win.start, resume_position=event_file_format(str(f)))
@@ -132,7 +132,7 @@ def run_extract(spark, namespace: str, work: Path, win: Window, files: list[Path
         },
     )
     outcome_path = work / f"outcome-{format_ts(win.start)}.json"
-    result = extract_datastream_window(spark, plan, str(outcome_path))
+    result = extract_window(spark, plan, str(outcome_path))
     return Run(result, WindowOutcomeFile.from_json(outcome_path.read_text()))
 
 

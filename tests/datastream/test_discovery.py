@@ -17,7 +17,12 @@ from airflow_cdc.sources.datastream.discovery import (
     settled_files,
 )
 from airflow_cdc.pipeline.protocol import commit_window, plan_window
-from airflow_cdc.sources.datastream.plan import initial_positions, plan_options
+from airflow_cdc.sources.datastream.plan import plan_options
+from airflow_cdc.sources.datastream.source import DatastreamSource
+
+
+def initial_positions(win):
+    return DatastreamSource({"prefix": "/x"}).initial_positions(win)
 from airflow_cdc.state import StateStore
 
 from .support import at, window
@@ -49,7 +54,6 @@ def plan(store, config, index, files, owner="run"):
         new_partitions=file_partitions(files, win.start),
         plan_options=lambda kept: plan_options(
             kept, planned_at=win.end, allowed_lateness=LATENESS, idle_timeout=None,
-            dead_letter_table=f"lake.{config.dead_letter_table}",
         ),
     )
 
@@ -109,7 +113,7 @@ def test_replan_keeps_the_first_plans_instant_and_primary_keys(store, config):
             store, config, win, "run-0", 600, initial_positions(win), "lake",
             plan_options=lambda kept: plan_options(
                 kept, planned_at=at(minutes), allowed_lateness=LATENESS, idle_timeout=None,
-                dead_letter_table="lake.cdc.shop_dead_letters", source_primary_keys=lambda: keys,
+                source_primary_keys=lambda: keys,
             ),
         )
 

@@ -78,7 +78,7 @@ def test_malformed_lines_and_files_go_to_dead_letters_and_nothing_else_is_lost(
     reasons = sorted(r.reason for r in dead)
     assert len(dead) == 4 and run.result["counts"]["dead_letters"] == 4
     assert sum("line is not a JSON object" in r for r in reasons) == 2
-    assert any("not readable Avro" in r and str(broken) in json.loads(d.source_metadata_json)["file"]
+    assert any("not readable Avro" in r and str(broken) in json.loads(d.source_metadata_json)["partition"]
                for r, d in zip(reasons, sorted(dead, key=lambda d: d.reason)))
     assert any("no primary key" in r for r in reasons)
 

@@ -14,7 +14,12 @@ from airflow_cdc.pipeline.files import WindowOutcomeFile, write_private
 from airflow_cdc.pipeline.protocol import StreamConfig
 from airflow_cdc.sources.datastream import PROGRESS_PARTITION
 from airflow_cdc.pipeline.protocol import commit_window, plan_window
-from airflow_cdc.sources.datastream.plan import initial_positions, plan_options
+from airflow_cdc.sources.datastream.plan import plan_options
+from airflow_cdc.sources.datastream.source import DatastreamSource
+
+
+def initial_positions(win):
+    return DatastreamSource({"prefix": "/x"}).initial_positions(win)
 from airflow_cdc.state import StateStore
 
 from .support import at, window
@@ -51,7 +56,7 @@ def applied_window(path, tmp_path, *, idle: bool, watermark):
             store, config, win, OWNER, 600, initial_positions(win), "lake",
             plan_options=lambda kept: plan_options(
                 kept, planned_at=at(60), allowed_lateness=timedelta(minutes=5),
-                idle_timeout=timedelta(minutes=10), dead_letter_table=f"lake.{config.dead_letter_table}",
+                idle_timeout=timedelta(minutes=10),
             ),
         )
         outcome = WindowOutcomeFile(
@@ -67,10 +72,11 @@ def applied_window(path, tmp_path, *, idle: bool, watermark):
 def poke(tmp_path):
     from airflow.sdk import Asset
 
-    from airflow_cdc.operators.datastream import DatastreamWindowCompleteSensor
+    from airflow_cdc.sensors.gate import CdcWindowCompleteSensor
 
     asset = Asset("iceberg://lake/cdc/shop_changelog")
-    sensor = DatastreamWindowCompleteSensor(task_id="gate", stream_id="shop", outlets=[asset])
+    sensor = CdcWindowCompleteSensor(task_id="gate", stream_id="shop", source="datastream",
+                                     outlets=[asset])
     outlet_events = defaultdict(lambda: SimpleNamespace(extra={}))
     context = {
         "data_interval_start": window(0).start,

@@ -244,7 +244,7 @@ class TestKeysLookedUpAtPlanTime:
         from airflow_cdc.operators.datastream import DatastreamPipeline
         from airflow_cdc.pipeline.files import WindowPlanFile
         from airflow_cdc.state import StateStore
-        from spark_jobs.datastream_extract import extract_datastream_window
+        from spark_jobs.extract import extract_window
 
         namespace = "ds_keys_lookup"
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS lake.{namespace}")
@@ -284,7 +284,7 @@ class TestKeysLookedUpAtPlanTime:
             planned = plan_task.plan(context("run-0", win))
             config = plan_task.stream_config
             plan = WindowPlanFile.from_json(config.plan_path(win).read_text())
-            result = extract_datastream_window(spark, plan, str(config.outcome_path(win)))
+            result = extract_window(spark, plan, str(config.outcome_path(win)))
             with StateStore(state_url) as store:
                 store.mark_extracted(win, f"{dag.dag_id}/run-0", int(result["snapshot_id"]))
             committed = commit_task.execute(context("run-0", win))
@@ -389,7 +389,8 @@ def test_declared_keys_reach_the_source_spec_by_identifier_and_object_names_beco
 
     plan = dag.get_task("ds.plan")
     assert plan.stream.source_spec["key_columns"] == {"HR_EMPLOYEES": ["EMPLOYEE_ID"], "HR_JOBS": ["JOB_ID"]}
-    assert plan.key_lookup_tables == [("HR", "LOGS")]
+    assert plan.stream.source_spec["settings"]["look_up_keys"] == [["HR", "LOGS"]]
+    assert plan.source_conn["key_columns_conn_id"] == "oracle_source"
     assets = {a.name for a in dag.get_task("ds.gate").outlets}
     assert {"lake.current.HR_EMPLOYEES", "lake.current.HR_LOGS", "lake.current.HR_JOBS"} <= assets
 

@@ -31,16 +31,18 @@ from datetime import datetime, timedelta, timezone
 from airflow.sdk import DAG, task
 from airflow.timetables.interval import DeltaDataIntervalTimetable
 
-from airflow_cdc.operators.datastream import DatastreamPlanOperator, datastream_stream_config
+from airflow_cdc.operators.datastream import datastream_stream_config
+from airflow_cdc.operators.window import CdcPlanOperator
 
 for dag_id in ("ds_wait", "ds_first", "ds_second", "ds_third"):
     with DAG(dag_id, schedule=DeltaDataIntervalTimetable(timedelta(seconds=30)),
              start_date=datetime(2025, 1, 1, tzinfo=timezone.utc), catchup=False) as dag:
-        plan = DatastreamPlanOperator(
+        plan = CdcPlanOperator(
             task_id="plan",
-            stream=datastream_stream_config(stream_id="shop", prefix=os.environ["CDC_TEST_PREFIX"]),
-            settle_seconds=0.5,
-            allowed_lateness=timedelta(seconds=2),
+            stream=datastream_stream_config(
+                stream_id="shop", prefix=os.environ["CDC_TEST_PREFIX"],
+                settings={"settle_seconds": 0.5, "allowed_lateness_seconds": 2},
+            ),
             deferrable=True,
             wait_poke_interval=0.5,
             wait_timeout=120,

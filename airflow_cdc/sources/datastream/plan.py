@@ -4,7 +4,7 @@ The plan step itself is the generic one (:func:`airflow_cdc.pipeline.protocol.pl
 every settled event file not yet known to the state store becomes a partition of the window,
 in the same transaction that opens it, next to the one progress partition. The plan file
 carries when it was made (the idle decision uses that instant, so a re-run decides the same
-way), the allowed lateness, the idle timeout, the dead-letter table and the primary keys
+way), the allowed lateness, the idle timeout and the primary keys
 looked up in the source database (:mod:`.keys`): found when the window is first planned and
 kept by every re-plan, so a re-run keys its events as the first run did.
 
@@ -18,14 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 
-from airflow_cdc.model import PartitionPosition, Window, format_ts
-from airflow_cdc.sources.datastream import PROGRESS_PARTITION
+from airflow_cdc.model import format_ts
 from airflow_cdc.sources.datastream.keys import SOURCE_PRIMARY_KEYS_OPTION
-
-
-def initial_positions(window: Window) -> list[PartitionPosition]:
-    """A stream's first window: only the progress partition; files come as new partitions."""
-    return [PartitionPosition(PROGRESS_PARTITION, window.start)]
 
 
 def plan_options(
@@ -34,7 +28,6 @@ def plan_options(
     planned_at: datetime,
     allowed_lateness: timedelta,
     idle_timeout: timedelta | None,
-    dead_letter_table: str,
     source_primary_keys: Callable[[], Mapping[str, Sequence[str]]] | None = None,
 ) -> dict:
     """The options Datastream's extract job reads from the plan file.
@@ -47,7 +40,6 @@ def plan_options(
         "planned_at": (kept.get("planned_at") if kept else None) or format_ts(planned_at),
         "allowed_lateness_seconds": allowed_lateness.total_seconds(),
         "idle_timeout_seconds": None if idle_timeout is None else idle_timeout.total_seconds(),
-        "dead_letter_table": dead_letter_table,
     }
     if kept is not None:
         keys = kept.get(SOURCE_PRIMARY_KEYS_OPTION)
