@@ -153,6 +153,7 @@ def test_resumed_gate_emitted_the_asset_event_with_the_window_extra(deployment):
                 "changes": 5,
                 "changelog_snapshot_id": 11,
                 "target_snapshot_ids": {"lake.current.orders": 7},
+                "completeness": "evidence",
             },
         )
     ]
