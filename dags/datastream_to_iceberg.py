@@ -100,9 +100,12 @@ with DAG(
 
     @task
     def report(**context) -> dict:
-        """A downstream consumer: runs only once the window is proven complete."""
+        """A downstream consumer: runs only once the window is complete, and says how: proven
+        by an event read after it (``evidence``) or declared by the idle timeout."""
         summary = context["ti"].xcom_pull(task_ids="datastream.gate", key="window_summary")
-        print(f"window complete: {summary}")
+        how = "an event read after it" if summary["completeness"] == "evidence" else "the idle timeout"
+        print(f"window [{summary['window_start']}, {summary['window_end']}) complete by {how}: "
+              f"{summary['changes']} changes, {summary.get('duplicates')} duplicates dropped")
         return summary
 
     changes >> report()

@@ -7,9 +7,10 @@ Procedure (ARCHITECTURE.md, window protocol step 2), the same for every source:
 1. If the changelog already has the commit tagged with this window, write nothing: restore
    the outcome file from that commit and stop (a re-run after a crash at any later point).
 2. Read the window through the plan's source (:mod:`airflow_cdc.sources.registry`): a source
-   that reads partitions (``read_partition``) is read one Spark task per partition, and
-   children whose parents all reported are read in further rounds, still inside this window
-   (lineage rules); a source whose partitions never split is read in one round. A source
+   that reads partitions (``read_partition``) is read one Spark task per partition; when its
+   partitions split (``partitions_split``), children whose parents all reported are read in
+   further rounds, still inside this window (lineage rules); the others take one round, and
+   reporting children is refused. A source
    that Spark reads natively (``read_window``, e.g. Datastream's files) reads the window in
    its own way and hands back the same rows and outcomes.
 3. Check that every source transaction is complete across partitions, or fail naming it;
@@ -29,7 +30,7 @@ import sys
 from collections.abc import Sequence
 from datetime import timedelta
 
-from airflow_cdc.model import format_ts
+from airflow_cdc.model import CdcError, format_ts
 from airflow_cdc.pipeline.files import WindowOutcomeFile, WindowPlanFile
 from airflow_cdc.pipeline.partition_lineage import WindowLineage, check_transactions, run_rounds
 from airflow_cdc.sources.base import WindowRead, changelog_tuple, dead_letter_tuple
@@ -114,6 +115,13 @@ def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
         return results
 
     outcomes, tallies = run_rounds(lineage, read_round)
+    source = window_source(plan)
+    if not source.partitions_split and any(o.children for o in outcomes):
+        split = sorted(o.partition_id for o in outcomes if o.children)
+        raise CdcError(
+            f"source {source.kind!r} reported children of partitions {split[:5]} but declares "
+            f"partitions_split = False: set it on the source class if its partitions split"
+        )
     transactions = check_transactions(tallies)
     rows = sc.union([r.flatMap(lambda r: r[2]) for r in reads_done]) if reads_done else sc.emptyRDD()
     dead_count = sum(dead_letters)

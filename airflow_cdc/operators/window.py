@@ -190,16 +190,11 @@ class CdcPlanOperator(CdcWindowOperator):
         self.wait_poke_interval = float(wait_poke_interval)
         self.wait_timeout = float(wait_timeout)
 
-    def readiness_probe(self, context) -> tuple[str, dict] | None:
-        """``("module:Class", kwargs)`` of the window's readiness probe; None plans at once
-        (a source whose evidence exists at the window end and that keeps the base rule)."""
-        from airflow_cdc.sources.base import ChangeSource
+    def readiness_probe(self, context) -> tuple[str, dict]:
+        """``("module:Class", kwargs)`` of the window's readiness probe: the protocol's own
+        rule (the previous window still running: wait), then the source's."""
         from airflow_cdc.triggers.ready import SourceWindowProbe
 
-        source = self.change_source()
-        if (source.evidence_delay().total_seconds() <= 0
-                and type(source).readiness is ChangeSource.readiness):
-            return None
         window = self.window(context)
         return (
             f"{SourceWindowProbe.__module__}:{SourceWindowProbe.__qualname__}",
@@ -216,14 +211,17 @@ class CdcPlanOperator(CdcWindowOperator):
         from datetime import datetime, timezone
 
         from airflow_cdc.pipeline.protocol import plan_window
+        from airflow_cdc.sources.base import Discovery
 
         config = self.stream_config
         window = self.window(context)
         source = self.change_source()
         hook = self.source_hook(source)
         now = datetime.now(timezone.utc)
-        found = source.discover(window, now, hook)
         store = self.state_store()
+        # A window planned before reads its recorded partitions: nothing new is looked for.
+        planned = store.get_window(window.stream_id, window.start) is not None
+        found = Discovery() if planned else source.discover(window, now, hook)
         plan = self.open_window(context, store, window, lambda: plan_window(
             store,
             config,
@@ -251,8 +249,6 @@ class CdcPlanOperator(CdcWindowOperator):
         from airflow_cdc.triggers.ready import CdcWindowReadyTrigger, load_probe
 
         named = self.readiness_probe(context)
-        if named is None:
-            return self.plan(context)
         window = self.window(context)
         probe = load_probe(*named)
         started = datetime.now(timezone.utc)
@@ -393,12 +389,20 @@ class CdcExtractOperator(CdcSparkOperator):
         return source_datasets(self.change_source().lineage_inputs(self._resolved))
 
     def source_py_files(self) -> list[str]:
-        """The zip of the source's own package when it is not airflow-cdc's."""
+        """The source's own code when Spark must be given it: its package zipped, or its
+        module file (see :func:`airflow_cdc.sources.registry.source_package`)."""
+        import importlib.util
+
         from airflow_cdc.sources.registry import source_package
         from airflow_cdc.spark.packaging import build_py_files
 
-        package = source_package(self.stream.source_spec)
-        return [] if package is None else [str(build_py_files([package]))]
+        top = source_package(self.stream.source_spec)
+        if top is None:
+            return []
+        found = importlib.util.find_spec(top)
+        if found is not None and not found.submodule_search_locations and found.origin:
+            return [found.origin]  # a single module: spark-submit takes the .py file itself
+        return [str(build_py_files([top]))]
 
     def get_openlineage_facets_on_complete(self, task_instance):
         """Lineage: the source stream in, the stream's Iceberg changelog out."""

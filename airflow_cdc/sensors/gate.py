@@ -193,7 +193,9 @@ class CdcWindowCompleteSensor(BaseSensorOperator):
     def _complete(self, context, store, window, reason: str, polls: int | None = None) -> dict:
         note, fields = self.completeness(store, window, reason)
         record = store.mark_complete(window, completeness_note=note)
-        summary = {**window_summary(record), **fields}
+        counts = record.counts or {}
+        own = {k: counts.get(k) for k in self._source_class().summary_counts}
+        summary = {**window_summary(record), **own, **fields}
         context["ti"].xcom_push(key="window_summary", value=summary)
         extra = {**asset_event_extra(window_summary(record)), **fields}
         outlet_events = context.get("outlet_events")

@@ -23,9 +23,10 @@ step 3 (commit)       :meth:`ChangeSource.commit_warnings`, :attr:`ChangeSource.
 step 5 (gate)         :meth:`ChangeSource.covers`: which evidence proves a partition covered
                       the window; :meth:`ChangeSource.completeness_note` when completeness was
                       declared (an idle timeout) rather than proven.
-apply                 :meth:`ChangeSource.canonical_type`: the source's column types in the
-                      canonical names of :mod:`airflow_cdc.sources.column_types`, and
-                      :attr:`ChangeSource.ordering_key_parts`.
+change rows           :meth:`ChangeSource.canonical_type`: the source's column types in the
+                      canonical names of :mod:`airflow_cdc.sources.column_types`, which the
+                      change rows declare and apply reads (apply knows no source's names);
+                      the ordering key per key (:attr:`ChangeSource.ordering_key_parts`).
 ====================  =====================================================================
 
 A source is built from its JSON spec (:meth:`ChangeSource.from_spec`) on the Airflow side and
@@ -146,9 +147,11 @@ class ChangeSource:
 
     #: The registered name (an identifier); the state store records it with the stream.
     kind: ClassVar[str] = ""
-    #: The parts of the ordering key, in order (documentation and the changelog's metadata).
+    #: The parts of the ordering key, in order: what the source encodes into each change row's
+    #: ``ordering_key`` (documentation; the key itself is opaque bytes to the protocol).
     ordering_key_parts: ClassVar[tuple[str, ...]] = ()
-    #: True when partitions end in children (split/merge): extract reads in rounds.
+    #: True when partitions end in children (split/merge): extract reads in rounds. A source
+    #: that leaves it False and reports children fails its extract, naming this.
     partitions_split: ClassVar[bool] = False
     #: ``module:Class`` of the Airflow-side object the plan and extract steps hand to the
     #: source's hooks (built with the pipeline's ``source_conn`` arguments), or None.
@@ -246,7 +249,10 @@ class ChangeSource:
 
     # --- apply and lineage --------------------------------------------------------------------
     def canonical_type(self, source_type: Any) -> str:
-        """A column type as this source names it -> the canonical type name apply reads."""
+        """A column type as this source names it -> the canonical type name apply reads.
+
+        The default reads canonical names only (a source whose types have other names
+        overrides it with its own mapping); anything else raises UnsupportedColumnTypeError."""
         from airflow_cdc.sources.column_types import parse_source_type
 
         return str(parse_source_type(source_type))

@@ -1,26 +1,27 @@
-"""Source column types -> the Spark/Iceberg SQL types of target columns, and which changes fit.
+"""Canonical column types -> the Spark/Iceberg SQL types of target columns, and which changes fit.
 
 Every source names its types its own way; apply types a target column from the type the
-change row declares (``ChangeRow.column_types``). This module is the one place that turns a
-source type into a Spark SQL type, so every source lands in the same Iceberg types. It
-lives in ``sources/`` because the adapters map their type names onto it (a source never
-imports the pipeline); the apply job imports it too:
+change row declares (``ChangeRow.column_types``, the changelog's ``column_types_json``).
+Change rows declare CANONICAL types, defined here: each source maps its own type names onto
+them when it builds its change rows (:meth:`ChangeSource.canonical_type`; Spanner's type
+objects in :mod:`airflow_cdc.sources.spanner.types`, the names of Datastream's source
+databases in :mod:`airflow_cdc.sources.datastream.types`), so every source lands in the same
+Iceberg types. This module knows no source's spellings; the apply job imports it too.
 
-* Spanner type codes, as change streams give them: a name (``"INT64"``, ``"ARRAY<STRING>"``,
-  DDL spellings such as ``"STRING(MAX)"``), the API's type object
-  (``{"code": "ARRAY", "array_element_type": {"code": "INT64"}}``, numeric codes too), or a
-  whole ``column_types`` entry (``{"name": ..., "type": {...}, ...}``). PostgreSQL-dialect
-  databases annotate codes (``PG_NUMERIC``, ``PG_JSONB``, ``PG_OID``).
-* Datastream and Debezium adapters map their type names onto the same canonical codes (see
-  :data:`ALIASES`), so they call the same :func:`spark_sql_type`.
+A canonical type name is the ``str()`` of a :class:`ColumnType`: a code of
+:data:`SPARK_TYPES` (``INT64``, ``DATETIME``, ``PG_NUMERIC`` ...), ``NUMERIC(p,s)``, or
+``ARRAY<`` one of those ``>``. :func:`parse_source_type` reads exactly these; anything else
+is refused, naming the value and saying that its source must map it.
+:func:`read_type_name` is the grammar sources share for their own type names (lengths,
+precisions, ``ARRAY<...>``, ``type[]``), given each source's own table of names.
 
 Choices, and why:
 
 * ``NUMERIC`` is ``decimal(38,9)``: exactly Spanner's NUMERIC (precision 38, scale 9).
-  ``NUMERIC(p,s)`` / ``DECIMAL(p,s)`` keep their precision and scale (``decimal(p,s)``, 1 <= p
-  <= 38 and 0 <= s <= p, Iceberg's limits), so a source's ``DECIMAL(10,2)`` lands as
-  ``decimal(10,2)``, never as a float. PostgreSQL ``numeric`` (``PG_NUMERIC``) allows far
-  more digits and NaN, so it is kept as exact decimal text (``string``) rather than rounded.
+  ``NUMERIC(p,s)`` keeps its precision and scale (``decimal(p,s)``, 1 <= p <= 38 and
+  0 <= s <= p, Iceberg's limits), so a source's ``DECIMAL(10,2)`` lands as ``decimal(10,2)``,
+  never as a float. ``PG_NUMERIC`` (PostgreSQL ``numeric``, which allows far more digits and
+  NaN) is kept as exact decimal text (``string``) rather than rounded.
 * ``JSON``/``PG_JSONB`` are ``string`` holding the JSON text; Iceberg has no JSON type.
 * ``TIMESTAMP`` is ``timestamp`` (Iceberg ``timestamptz``, microseconds): Spanner's
   nanoseconds are truncated, as Spark and Iceberg v2 cannot hold them.
@@ -29,22 +30,23 @@ Choices, and why:
   Datastream's ``datetime`` record) is ``timestamp_ntz`` (Iceberg ``timestamp``): reading it
   as an instant would invent a zone the source never had.
 * ``BYTES``/``PROTO`` are ``binary`` (base64 in the change row's JSON).
-* ``STRUCT`` is refused: Spanner tables cannot store it, so a change row declaring it is bad.
+* ``STRUCT`` has no canonical type: Spanner tables cannot store it, so a change row declaring
+  it is bad.
 
 Pure Python (no pyspark, no Airflow): the Airflow side may check types before any job runs.
 """
 
 from __future__ import annotations
 
-import json
 import re
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from airflow_cdc.model import CdcError
 
 
 class UnsupportedColumnTypeError(CdcError, ValueError):
-    """A source type has no Spark/Iceberg counterpart (or cannot be parsed)."""
+    """A type has no Spark/Iceberg counterpart, is not canonical, or cannot be parsed."""
 
 
 # Canonical code -> Spark SQL type (spelled as Spark's ``DataType.simpleString`` spells it, so a
@@ -69,65 +71,22 @@ SPARK_TYPES: dict[str, str] = {
     "INTERVAL": "string",
     "UUID": "string",
 }
+MAX_DECIMAL_PRECISION = 38  # Iceberg's (and Spark's) widest decimal
 
-# Other spellings of the canonical codes: Spanner's own variants, PostgreSQL-dialect DDL names,
-# and the common names Datastream and Debezium payloads use. Keys are upper case, without
-# length arguments ("VARCHAR(20)" is looked up as "VARCHAR").
-ALIASES: dict[str, str] = {
-    "INT": "INT64",
-    "INTEGER": "INT64",
-    "BIGINT": "INT64",
-    "SMALLINT": "INT64",
-    "INT8": "INT64",
-    "INT4": "INT64",
-    "INT2": "INT64",
-    "BOOLEAN": "BOOL",
-    "FLOAT8": "FLOAT64",
-    "DOUBLE": "FLOAT64",
-    "DOUBLE PRECISION": "FLOAT64",
-    "FLOAT4": "FLOAT32",
-    "REAL": "FLOAT32",
-    "DECIMAL": "NUMERIC",
-    "TEXT": "STRING",
-    "VARCHAR": "STRING",
-    "CHARACTER VARYING": "STRING",
-    "CHAR": "STRING",
-    "BYTEA": "BYTES",
-    "JSONB": "PG_JSONB",
-    "TIMESTAMPTZ": "TIMESTAMP",
-    "TIMESTAMP WITH TIME ZONE": "TIMESTAMP",
-    "TIMESTAMP WITH LOCAL TIME ZONE": "TIMESTAMP",
-    "DATETIMEOFFSET": "TIMESTAMP",
-    "TIMESTAMP WITHOUT TIME ZONE": "DATETIME",
-    "TIMESTAMP_NTZ": "DATETIME",
-    "DATETIME2": "DATETIME",
-    "SMALLDATETIME": "DATETIME",
-    # Spark and Iceberg v2 have no time-of-day type: the text (HH:MM:SS.ffffff) is kept.
-    "TIME": "STRING",
-    "TIME WITHOUT TIME ZONE": "STRING",
-    "OID": "PG_OID",
-}
-
-# google.spanner.v1.TypeCode and TypeAnnotationCode numbers (the API's enum values).
-_TYPE_CODE_NUMBERS = {
-    1: "BOOL", 2: "INT64", 3: "FLOAT64", 4: "TIMESTAMP", 5: "DATE", 6: "STRING", 7: "BYTES",
-    8: "ARRAY", 9: "STRUCT", 10: "NUMERIC", 11: "JSON", 13: "PROTO", 14: "ENUM",
-    15: "FLOAT32", 16: "INTERVAL", 17: "UUID",
-}
-_ANNOTATION_NUMBERS = {2: "PG_NUMERIC", 3: "PG_JSONB", 4: "PG_OID"}
-_ANNOTATED = {("NUMERIC", "PG_NUMERIC"), ("JSON", "PG_JSONB"), ("INT64", "PG_OID")}
-
+# Canonical names, exactly as ColumnType.__str__ writes them.
+_CANONICAL_ARRAY = re.compile(r"^ARRAY<(.+)>$")
+_CANONICAL_DECIMAL = re.compile(r"^NUMERIC\((\d+),(-?\d+)\)$")
+# Source spellings (read_type_name).
 _ARRAY_TEXT = re.compile(r"^ARRAY\s*<\s*(.+?)\s*>$", re.IGNORECASE)
 # A type name with arguments: "VARCHAR(20)", "NUMERIC(10, 2)", "TIMESTAMP(6) WITH TIME ZONE".
 _ARGUMENTS = re.compile(r"^([^(]*?)\s*\(\s*([^)]*?)\s*\)(.*)$")
 _DECIMAL_ARGUMENTS = re.compile(r"^(\d+)(?:\s*,\s*(-?\d+))?$")
 _LENGTH_ARGUMENT = re.compile(r"^(MAX|\d+)$", re.IGNORECASE)
-MAX_DECIMAL_PRECISION = 38  # Iceberg's (and Spark's) widest decimal
 
 
 @dataclass(frozen=True)
 class ColumnType:
-    """A source type in canonical form: a code from :data:`SPARK_TYPES`, or ARRAY of one.
+    """A canonical type: a code from :data:`SPARK_TYPES`, or ARRAY of one.
 
     ``precision``/``scale`` are set only for ``NUMERIC(p,s)``; a bare ``NUMERIC`` is Spanner's.
     ``str()`` is the canonical name (``NUMERIC(10,2)``, ``ARRAY<DATETIME>``), which
@@ -174,48 +133,99 @@ def decimal_type(precision: int, scale: int, original: object = None) -> ColumnT
     return ColumnType("NUMERIC", precision=precision, scale=scale)
 
 
+def array_type(element: ColumnType, original: object = None) -> ColumnType:
+    """``ARRAY<element>``; arrays of arrays are refused (Iceberg columns cannot nest them here)."""
+    if element.code == "ARRAY":
+        shown = original if original is not None else f"ARRAY<{element}>"
+        raise UnsupportedColumnTypeError(
+            f"source type {shown!r} is an array of arrays, which Spanner tables cannot "
+            f"store: check the change row's column_types"
+        )
+    return ColumnType("ARRAY", element)
+
+
+# --- canonical names (what change rows declare) -------------------------------------------
 def parse_source_type(source_type: object) -> ColumnType:
-    """The canonical :class:`ColumnType` of ``source_type`` (any form the module doc lists)."""
+    """The :class:`ColumnType` of a canonical type name (``INT64``, ``NUMERIC(10,2)``,
+    ``ARRAY<DATETIME>``, ``PG_NUMERIC`` ...); any other value is refused.
+
+    Change rows declare canonical names only: a source maps its own type names first
+    (:meth:`ChangeSource.canonical_type`).
+    """
     if isinstance(source_type, ColumnType):
         return source_type
-    if isinstance(source_type, dict):
-        return _parse_type_object(source_type, source_type)
-    if isinstance(source_type, str):
-        text = source_type.strip()
-        if text.startswith("{"):
-            try:
-                return _parse_type_object(json.loads(text), source_type)
-            except json.JSONDecodeError as error:
-                raise UnsupportedColumnTypeError(
-                    f"source type {source_type!r} looks like a JSON type object but is not JSON "
-                    f"({error.msg}): give a type name such as 'INT64' or a Spanner type object"
-                ) from None
-        return _parse_type_name(text, source_type)
-    raise UnsupportedColumnTypeError(
-        f"source type {source_type!r} ({type(source_type).__name__}) is neither a type name nor "
-        f"a Spanner type object: give e.g. 'INT64', 'ARRAY<STRING>' or {{'code': 'INT64'}}"
-    )
+    if not isinstance(source_type, str):
+        raise UnsupportedColumnTypeError(_not_canonical(source_type))
+    return _parse_canonical(source_type.strip(), source_type)
 
 
 def spark_sql_type(source_type: object) -> str:
-    """The Spark/Iceberg SQL type (``bigint``, ``array<string>`` ...) of a source column type."""
+    """The Spark/Iceberg SQL type (``bigint``, ``array<string>`` ...) of a canonical type name."""
     return parse_source_type(source_type).spark_sql
 
 
-def _parse_type_name(text: str, original: object) -> ColumnType:
+def _parse_canonical(text: str, original: object) -> ColumnType:
+    array = _CANONICAL_ARRAY.match(text)
+    if array:
+        return array_type(_parse_canonical(array.group(1), original), original)
+    decimal = _CANONICAL_DECIMAL.match(text)
+    if decimal:
+        return decimal_type(int(decimal.group(1)), int(decimal.group(2)), original)
+    if text in SPARK_TYPES:
+        return ColumnType(text)
+    raise UnsupportedColumnTypeError(_not_canonical(original))
+
+
+def _not_canonical(original: object) -> str:
+    text = original.strip().upper() if isinstance(original, str) else ""
+    if text.startswith("STRUCT") or "<STRUCT" in text.replace(" ", ""):
+        return (
+            f"column type {original!r} is a STRUCT, which cannot be a table column (Spanner "
+            f"tables cannot store it): check the change row's column_types"
+        )
+    return (
+        f"column type {original!r} is not a canonical type name ({', '.join(sorted(SPARK_TYPES))}, "
+        f"NUMERIC(p,s), ARRAY<...>): the source must map its own type names to canonical ones "
+        f"(ChangeSource.canonical_type) when it builds change rows"
+    )
+
+
+# --- the grammar of source type names (each source brings its own names) ------------------
+def read_type_name(
+    text: str,
+    aliases: Mapping[str, str],
+    original: object = None,
+    *,
+    codes: Collection[str] = SPARK_TYPES,
+    known: str = "",
+) -> ColumnType:
+    """The canonical type of a type name as a source spells it, by that source's table.
+
+    ``aliases`` maps the source's names (upper case, single spaces, without arguments:
+    ``"VARCHAR(20)"`` is looked up as ``"VARCHAR"``) to canonical codes; a name that is no
+    alias must be one of ``codes`` itself. Case and spacing are free; ``ARRAY<t>`` and
+    ``t[]`` are arrays; a length or fractional-second precision (``STRING(MAX)``,
+    ``TIMESTAMP(6) WITH TIME ZONE``) changes no type; ``NUMERIC(p,s)`` keeps its precision
+    and scale. ``known`` says, in the error for an unknown name, which names the source takes.
+    """
+    original = text if original is None else original
+    text = text.strip()
     array = _ARRAY_TEXT.match(text)
     if array:
-        return _array_of(_parse_type_name(array.group(1), original), original)
+        return array_type(read_type_name(array.group(1), aliases, original, codes=codes, known=known), original)
     if text.endswith("[]"):  # PostgreSQL array spelling: bigint[]
-        return _array_of(_parse_type_name(text[:-2].strip(), original), original)
+        return array_type(read_type_name(text[:-2], aliases, original, codes=codes, known=known), original)
     arguments = None
     with_arguments = _ARGUMENTS.match(text)
     if with_arguments:
         text, arguments = f"{with_arguments.group(1)} {with_arguments.group(3)}", with_arguments.group(2)
     name = " ".join(text.upper().split())
-    code = ALIASES.get(name, name)
-    if code not in SPARK_TYPES:
-        raise UnsupportedColumnTypeError(_unknown(original))
+    code = aliases.get(name, name if name in codes else None)
+    if code is None or code not in SPARK_TYPES:
+        raise UnsupportedColumnTypeError(
+            f"source type {original!r} is not a known type"
+            + (f": {known}" if known else ": map it to a canonical type")
+        )
     if arguments is None:
         return ColumnType(code)
     if code == "NUMERIC":
@@ -233,54 +243,6 @@ def _parse_type_name(text: str, original: object) -> ColumnType:
             f"and scale"
         )
     return ColumnType(code)  # a length or fractional-second precision changes no Spark type
-
-
-def _parse_type_object(obj: object, original: object) -> ColumnType:
-    if not isinstance(obj, dict):
-        raise UnsupportedColumnTypeError(_unknown(original))
-    if "code" not in obj and isinstance(obj.get("type"), (dict, str)):
-        obj = obj["type"]  # a whole column_types entry: {"name", "type", "is_primary_key", ...}
-        if isinstance(obj, str):
-            return _parse_type_name(obj, original)
-    code = obj.get("code")
-    if isinstance(code, int) and not isinstance(code, bool):
-        code = _TYPE_CODE_NUMBERS.get(code)
-    if not isinstance(code, str):
-        raise UnsupportedColumnTypeError(_unknown(original))
-    code = code.upper()
-    if code == "ARRAY":
-        element = obj.get("array_element_type")
-        if element is None:
-            raise UnsupportedColumnTypeError(
-                f"source type {original!r} is an ARRAY without array_element_type: "
-                f"give the element type, e.g. {{'code': 'ARRAY', 'array_element_type': "
-                f"{{'code': 'STRING'}}}}"
-            )
-        return _array_of(_parse_type_object(element, original), original)
-    annotation = obj.get("type_annotation")
-    if isinstance(annotation, int) and not isinstance(annotation, bool):
-        annotation = _ANNOTATION_NUMBERS.get(annotation)
-    if isinstance(annotation, str) and annotation.upper() not in ("", "TYPE_ANNOTATION_CODE_UNSPECIFIED"):
-        if (code, annotation.upper()) in _ANNOTATED:
-            return ColumnType(annotation.upper())
-    return _parse_type_name(code, original)
-
-
-def _array_of(element: ColumnType, original: object) -> ColumnType:
-    if element.code == "ARRAY":
-        raise UnsupportedColumnTypeError(
-            f"source type {original!r} is an array of arrays, which Spanner tables cannot "
-            f"store: check the change row's column_types"
-        )
-    return ColumnType("ARRAY", element)
-
-
-def _unknown(original: object) -> str:
-    return (
-        f"source type {original!r} is not a known type: use a Spanner type code "
-        f"({', '.join(sorted(set(SPARK_TYPES) - {'PG_NUMERIC', 'PG_JSONB', 'PG_OID'}))}, "
-        f"ARRAY<...>) or one of its aliases; STRUCT cannot be a table column"
-    )
 
 
 # --- type changes --------------------------------------------------------------------------

@@ -10,7 +10,8 @@ A source is found by the name a pipeline gives (``source=`` of ``CdcPipeline``):
 
 The stream's spec records the import path of a source that is not built in (``class``), so
 Spark executors import it directly: the extract task ships the source's top-level package
-with the job (:func:`source_package`), and an installed package is found as installed.
+(or module) with the job when it is not installed (:func:`source_package`: a package in the
+DAGs folder, say); an installed package must be installed where Spark runs too.
 Nothing here imports a source before it is asked for.
 """
 
@@ -102,13 +103,25 @@ def source_spec(name: str, stream_id: str, spec: Mapping[str, Any]) -> dict:
 
 
 def source_package(spec: Mapping[str, Any]) -> str | None:
-    """The top-level package a Spark job must carry to import the stream's source, or None
-    when it is this package's own."""
+    """The top-level package (or module) a Spark job must carry to import the stream's
+    source, or None: a built-in source, or one installed as a distribution (executors import
+    it as installed, as they import airflow-cdc itself)."""
+    import importlib.util
+    from pathlib import Path
+
     path = spec.get(CLASS_KEY)
     if not path:
         return None
     top = path.partition(":")[0].split(".")[0]
-    return None if top == "airflow_cdc" else top
+    if top == "airflow_cdc":
+        return None
+    found = importlib.util.find_spec(top)
+    origin = (found.origin or "") if found else ""
+    locations = list(found.submodule_search_locations or []) if found else []
+    where = Path(locations[0] if locations else origin)
+    if any(part in ("site-packages", "dist-packages") for part in where.parts):
+        return None
+    return top
 
 
 def source_covers(name: str | None):

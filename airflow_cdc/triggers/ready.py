@@ -46,10 +46,14 @@ class SourceWindowProbe:
         from airflow_cdc.model import Window, parse_ts
         from airflow_cdc.sources.registry import build_source
 
+        from airflow_cdc.sources.base import ChangeSource
+
         self.source = build_source(source_spec)
         self.window = Window(source_spec["stream_id"], parse_ts(window_start), parse_ts(window_end))
         self.cdc_state_conn_id = cdc_state_conn_id or DEFAULT_CONN_ID
-        self.hook = source_hook(self.source, source_conn)
+        # The base rule reads no source: its hook (credentials, say) is not even built.
+        own_rule = type(self.source).readiness is not ChangeSource.readiness
+        self.hook = source_hook(self.source, source_conn) if own_rule else None
         self._store = None
 
     def check(self, now: datetime):

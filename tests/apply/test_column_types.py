@@ -1,4 +1,8 @@
-"""Source column types -> Spark/Iceberg SQL types (pure Python, no Spark)."""
+"""Canonical column types -> Spark/Iceberg SQL types (pure Python, no Spark).
+
+Each source's own type names are tested where they are mapped: Spanner's in
+``tests/sources/test_spanner_types.py``, Datastream's in ``tests/datastream/test_source_types.py``.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from airflow_cdc.sources.column_types import (
     common_spark_type,
     merged_spark_type,
     parse_source_type,
+    read_type_name,
     spark_sql_type,
 )
 
@@ -18,59 +23,43 @@ from airflow_cdc.sources.column_types import (
     [
         ("BOOL", "boolean"),
         ("INT64", "bigint"),
-        ("INT", "bigint"),  # as in Spanner's change stream examples
         ("FLOAT64", "double"),
         ("FLOAT32", "float"),
         ("NUMERIC", "decimal(38,9)"),
+        ("PG_NUMERIC", "string"),  # exact text: PostgreSQL numerics exceed any decimal
         ("STRING", "string"),
-        ("STRING(MAX)", "string"),
         ("JSON", "string"),
+        ("PG_JSONB", "string"),
         ("BYTES", "binary"),
-        ("BYTES(1024)", "binary"),
         ("DATE", "date"),
         ("TIMESTAMP", "timestamp"),
+        ("DATETIME", "timestamp_ntz"),
         ("ENUM", "bigint"),
+        ("PG_OID", "bigint"),
         ("PROTO", "binary"),
         ("UUID", "string"),
         ("INTERVAL", "string"),
+        ("ARRAY<INT64>", "array<bigint>"),
+        ("ARRAY<DATETIME>", "array<timestamp_ntz>"),
     ],
 )
-def test_spanner_type_codes_map_to_spark_types(source_type, expected):
+def test_canonical_codes_map_to_spark_types(source_type, expected):
     assert spark_sql_type(source_type) == expected
 
 
-def test_arrays_map_to_arrays_of_the_element_type_in_every_spelling():
-    assert spark_sql_type("ARRAY<INT64>") == "array<bigint>"
-    assert spark_sql_type("ARRAY<STRING(MAX)>") == "array<string>"
-    assert spark_sql_type({"code": "ARRAY", "array_element_type": {"code": "TIMESTAMP"}}) == "array<timestamp>"
-    assert spark_sql_type({"code": 8, "array_element_type": {"code": 10}}) == "array<decimal(38,9)>"
-    assert spark_sql_type('{"code":"ARRAY","array_element_type":{"code":"JSON"}}') == "array<string>"
+@pytest.mark.parametrize(
+    "source_type",
+    ["int64", "STRING(MAX)", "VARCHAR", "BIGINT", "TIMESTAMPTZ", "DECIMAL(10,2)", "NUMERIC(10, 2)",
+     "bigint[]", {"code": "INT64"}, '{"code": "INT64"}', "GEOGRAPHY", 42, None],
+)
+def test_a_name_that_is_not_canonical_is_refused_saying_the_source_must_map_it(source_type):
+    with pytest.raises(UnsupportedColumnTypeError) as error:
+        spark_sql_type(source_type)
+    assert repr(source_type) in str(error.value)
+    assert "the source must map its own type names to canonical ones" in str(error.value)
 
 
-def test_a_whole_column_types_entry_is_accepted():
-    entry = {"name": "Balance", "type": {"code": "INT64"}, "is_primary_key": False, "ordinal_position": 3}
-    assert spark_sql_type(entry) == "bigint"
-
-
-def test_postgresql_annotations_keep_values_exact():
-    assert spark_sql_type({"code": "NUMERIC", "type_annotation": "PG_NUMERIC"}) == "string"
-    assert spark_sql_type({"code": "JSON", "type_annotation": "PG_JSONB"}) == "string"
-    assert spark_sql_type({"code": "INT64", "type_annotation": "PG_OID"}) == "bigint"
-    assert str(parse_source_type({"code": 10, "type_annotation": 2})) == "PG_NUMERIC"
-
-
-def test_common_names_of_other_sources_map_onto_the_same_types():
-    assert [spark_sql_type(t) for t in ("bigint", "varchar(20)", "double precision", "bytea", "jsonb", "boolean")] == [
-        "bigint",
-        "string",
-        "double",
-        "binary",
-        "string",
-        "boolean",
-    ]
-
-
-@pytest.mark.parametrize("source_type", ["STRUCT", {"code": "STRUCT"}, "GEOGRAPHY", {"code": "ARRAY"}, 42, "ARRAY<ARRAY<INT64>>"])
+@pytest.mark.parametrize("source_type", ["STRUCT", "STRUCT<a INT64>", "ARRAY<STRUCT<a INT64>>", "ARRAY<ARRAY<INT64>>"])
 def test_unsupported_types_are_refused_with_a_fix(source_type):
     with pytest.raises(UnsupportedColumnTypeError) as error:
         spark_sql_type(source_type)
@@ -93,32 +82,9 @@ def test_type_changes_are_kept_widened_or_refused():
 @pytest.mark.parametrize(
     ("source_type", "expected"),
     [
-        ("DATETIME", "timestamp_ntz"),
-        ("DATETIME(6)", "timestamp_ntz"),
-        ("TIMESTAMP WITHOUT TIME ZONE", "timestamp_ntz"),
-        ("timestamp(3) without time zone", "timestamp_ntz"),
-        ("TIMESTAMP_NTZ", "timestamp_ntz"),
-        ("DATETIME2", "timestamp_ntz"),
-        ("SMALLDATETIME", "timestamp_ntz"),
-        ("TIMESTAMP", "timestamp"),
-        ("TIMESTAMPTZ", "timestamp"),
-        ("TIMESTAMP WITH TIME ZONE", "timestamp"),
-        ("ARRAY<DATETIME>", "array<timestamp_ntz>"),
-    ],
-)
-def test_wall_clock_datetimes_are_timestamp_ntz_and_instants_stay_timestamp(source_type, expected):
-    assert spark_sql_type(source_type) == expected
-
-
-@pytest.mark.parametrize(
-    ("source_type", "expected"),
-    [
         ("NUMERIC(10,2)", "decimal(10,2)"),
-        ("DECIMAL(10, 2)", "decimal(10,2)"),
-        ("decimal(38,0)", "decimal(38,0)"),
-        ("NUMERIC(12)", "decimal(12,0)"),
+        ("NUMERIC(38,0)", "decimal(38,0)"),
         ("NUMERIC", "decimal(38,9)"),  # Spanner's NUMERIC
-        ("DECIMAL", "decimal(38,9)"),
         ("ARRAY<NUMERIC(5,1)>", "array<decimal(5,1)>"),
     ],
 )
@@ -140,16 +106,39 @@ def test_canonical_names_read_back_as_the_same_type(source_type):
     ("source_type", "says"),
     [
         ("NUMERIC(39,2)", "precision 39: Iceberg decimals hold 1 to 38 digits"),
-        ("NUMERIC(0)", "precision 0"),
-        ("DECIMAL(10,11)", "scale 11: the scale must be from 0 to the precision (10)"),
-        ("NUMERIC(ten,2)", "not a precision and scale: write e.g. NUMERIC(10,2)"),
-        ("VARCHAR(10,2)", "arguments (10,2) its type does not take"),
+        ("NUMERIC(0,0)", "precision 0"),
+        ("NUMERIC(10,11)", "scale 11: the scale must be from 0 to the precision (10)"),
+        ("ARRAY<NUMERIC(40,2)>", "precision 40"),
     ],
 )
 def test_impossible_decimals_are_refused_with_the_limit_and_a_fix(source_type, says):
     with pytest.raises(UnsupportedColumnTypeError) as error:
         spark_sql_type(source_type)
     assert repr(source_type) in str(error.value) and says in str(error.value)
+
+
+@pytest.mark.parametrize(
+    ("source_type", "says"),
+    [
+        ("NUMERIC(ten,2)", "not a precision and scale: write e.g. NUMERIC(10,2)"),
+        ("STRING(10,2)", "arguments (10,2) its type does not take"),
+        ("PG_NUMERIC(10,2)", "arguments (10,2) its type does not take"),
+        ("FROBNICATE", "is not a known type: use FOO"),
+    ],
+)
+def test_the_shared_grammar_of_source_type_names_refuses_what_it_cannot_read(source_type, says):
+    with pytest.raises(UnsupportedColumnTypeError) as error:
+        read_type_name(source_type, {}, known="use FOO")
+    assert repr(source_type) in str(error.value) and says in str(error.value)
+
+
+def test_the_shared_grammar_reads_a_sources_names_through_its_own_table():
+    names = {"WHOLE NUMBER": "INT64", "DEC": "NUMERIC"}
+    assert str(read_type_name("whole  number[]", names)) == "ARRAY<INT64>"
+    assert str(read_type_name("Array< dec(10, 2) >", names)) == "ARRAY<NUMERIC(10,2)>"
+    assert str(read_type_name("string(max)", names)) == "STRING"  # canonical codes, lengths free
+    with pytest.raises(UnsupportedColumnTypeError):
+        read_type_name("DATETIME", names, codes={"INT64"})  # not one of this source's codes
 
 
 def test_an_existing_decimal_column_takes_values_of_no_larger_scale_and_widens_for_integer_digits():

@@ -1,4 +1,6 @@
-"""Routing and schema: one target per source table, typed from Spanner types, evolving safely.
+"""Routing and schema: one target per source table, typed from canonical types, evolving safely.
+
+Change rows declare canonical type names (each source maps its own: tests/sources/test_spanner_types.py).
 
 Three windows are applied (policy ``continue``); each test checks one behaviour of the result.
 """
@@ -17,18 +19,18 @@ W0, W1, W2 = window(0), window(1), window(2)
 EVERYTHING = {
     "id": "INT64",
     "flag": "BOOL",
-    "count": {"code": "INT64"},
+    "count": "INT64",
     "ratio": "FLOAT64",
     "small": "FLOAT32",
     "price": "NUMERIC",
-    "label": "STRING(MAX)",
+    "label": "STRING",
     "doc": "JSON",
     "blob": "BYTES",
     "day": "DATE",
     "at": "TIMESTAMP",
-    "nums": {"code": "ARRAY", "array_element_type": {"code": "INT64"}},
+    "nums": "ARRAY<INT64>",
     "names": "ARRAY<STRING>",
-    "exact": {"code": "NUMERIC", "type_annotation": "PG_NUMERIC"},
+    "exact": "PG_NUMERIC",
 }
 EXPECTED_TYPES = {
     "id": "bigint",

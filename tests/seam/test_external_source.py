@@ -19,7 +19,7 @@ import pytest
 from airflow_cdc.model import PartitionState, WindowState, format_ts
 
 PLUGINS = Path(__file__).resolve().parent / "plugins"
-T0 = datetime(2030, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
 WINDOW = timedelta(minutes=10)
 SPLIT_AT = T0 + timedelta(minutes=13)
 STREAM = "items"
@@ -35,7 +35,7 @@ from airflow_cdc.operators.pipeline import CdcPipeline
 from airflow_cdc.spark.iceberg import IcebergCatalog
 
 with DAG("split_once_cdc", schedule=DeltaDataIntervalTimetable(timedelta(minutes=10)),
-         start_date=datetime(2030, 1, 1, tzinfo=timezone.utc), catchup=False) as dag:
+         start_date=datetime(2025, 1, 1, tzinfo=timezone.utc), catchup=False) as dag:
     CdcPipeline(
         group_id="cdc",
         source="split_once_source:SplitOnceSource",

@@ -168,6 +168,12 @@ class DatastreamSource(ChangeSource):
             return IDLE_NOTE, "no events arrived and the idle timeout passed"
         return None
 
+    def canonical_type(self, source_type: Any) -> str:
+        """A source database's type name (``VARCHAR(20)``, ``DATETIME2`` ...) -> its canonical name."""
+        from airflow_cdc.sources.datastream.types import canonical_type
+
+        return str(canonical_type(source_type))
+
     def lineage_inputs(self, resolved) -> list[tuple[str, str]]:
         if self.prefix.startswith("gs://"):
             bucket, _, path = self.prefix[len("gs://"):].partition("/")

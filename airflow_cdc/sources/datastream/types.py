@@ -6,8 +6,9 @@ from which apply types the target's columns. For a payload column the first of t
 1. **Declared**: the pipeline's ``column_types`` mapping, per source table:
    ``{"shop.orders": {"amount": "DECIMAL(10,2)", "placed_at": "DATETIME"}}``. Tables are
    named as Datastream names the event's ``object`` (``shop.orders``) or in its identifier
-   form (``shop_orders``); types are any name :func:`parse_source_type` reads. JSON payloads
-   need it: JSON has no dates, and a number's literal says nothing of its column's precision.
+   form (``shop_orders``); types are canonical names or the source databases' own names
+   (:func:`canonical_type`: ``VARCHAR(20)``, ``BIGINT``, ``TIMESTAMPTZ``, ``DATETIME2``,
+   ``JSONB`` ...), case and lengths free. JSON payloads need it: JSON has no dates, and a number's literal says nothing of its column's precision.
 2. **The Avro schema**: Datastream writes each Avro file's schema in its header (seed 001:
    "列インデックスを使用すると、Avro ヘッダーのスキーマから列名と統合型を取得できます"), so
    :class:`AvroPayload` derives the types from the reader's ``writer_schema``.
@@ -27,9 +28,11 @@ from decimal import Decimal
 from airflow_cdc.model import CdcError
 from airflow_cdc.sources.column_types import (
     MAX_DECIMAL_PRECISION,
+    SPARK_TYPES,
+    ColumnType,
     UnsupportedColumnTypeError,
     decimal_type,
-    parse_source_type,
+    read_type_name,
 )
 
 _INT64 = range(-(1 << 63), 1 << 63)
@@ -38,6 +41,66 @@ _EPOCH = datetime(1970, 1, 1)
 
 class ColumnTypeMappingError(CdcError, ValueError):
     """A pipeline's ``column_types`` mapping that cannot type its tables' columns."""
+
+
+# --- the source databases' type names --------------------------------------------------------
+# Names MySQL, PostgreSQL, Oracle and SQL Server give their types, onto the canonical codes.
+# Keys are upper case, single-spaced, without arguments ("VARCHAR(20)" is looked up as
+# "VARCHAR"); canonical names ("INT64", "NUMERIC(10,2)", "DATETIME", "STRING(MAX)") are read
+# as they are.
+ALIASES: dict[str, str] = {
+    "INT": "INT64",
+    "INTEGER": "INT64",
+    "BIGINT": "INT64",
+    "SMALLINT": "INT64",
+    "INT8": "INT64",
+    "INT4": "INT64",
+    "INT2": "INT64",
+    "BOOLEAN": "BOOL",
+    "FLOAT8": "FLOAT64",
+    "DOUBLE": "FLOAT64",
+    "DOUBLE PRECISION": "FLOAT64",
+    "FLOAT4": "FLOAT32",
+    "REAL": "FLOAT32",
+    "DECIMAL": "NUMERIC",
+    "TEXT": "STRING",
+    "VARCHAR": "STRING",
+    "CHARACTER VARYING": "STRING",
+    "CHAR": "STRING",
+    "BYTEA": "BYTES",
+    "JSONB": "PG_JSONB",
+    "TIMESTAMPTZ": "TIMESTAMP",
+    "TIMESTAMP WITH TIME ZONE": "TIMESTAMP",
+    "TIMESTAMP WITH LOCAL TIME ZONE": "TIMESTAMP",
+    "DATETIMEOFFSET": "TIMESTAMP",
+    "TIMESTAMP WITHOUT TIME ZONE": "DATETIME",
+    "TIMESTAMP_NTZ": "DATETIME",
+    "DATETIME2": "DATETIME",
+    "SMALLDATETIME": "DATETIME",
+    # Spark and Iceberg v2 have no time-of-day type: the text (HH:MM:SS.ffffff) is kept.
+    "TIME": "STRING",
+    "TIME WITHOUT TIME ZONE": "STRING",
+    "OID": "PG_OID",
+}
+_KNOWN = (
+    f"use a canonical type ({', '.join(sorted(SPARK_TYPES))}, NUMERIC(p,s), ARRAY<...>) or "
+    f"a source database's name for one (VARCHAR(20), BIGINT, DECIMAL(10,2), TIMESTAMPTZ, "
+    f"DATETIME2, JSONB ...)"
+)
+
+
+def canonical_type(source_type: object) -> ColumnType:
+    """The canonical type of a column type as a Datastream pipeline declares it: a canonical
+    name, or a source database's name for one (:data:`ALIASES`; ``bigint[]`` and
+    ``ARRAY<...>`` are arrays, lengths change nothing, ``DECIMAL(p,s)`` keeps both)."""
+    if isinstance(source_type, ColumnType):
+        return source_type
+    if not isinstance(source_type, str):
+        raise UnsupportedColumnTypeError(
+            f"source type {source_type!r} ({type(source_type).__name__}) is not a type name: "
+            f"give e.g. 'BIGINT', 'DECIMAL(10,2)' or 'DATETIME'"
+        )
+    return read_type_name(source_type, ALIASES, source_type, known=_KNOWN)
 
 
 # --- 1. declared -----------------------------------------------------------------------------
@@ -85,7 +148,7 @@ def declared_column_types(column_types: Mapping | None, stream_id: str = "") -> 
                     f"{where}: table {table!r} has column {column!r}: give the payload's column name"
                 )
             try:
-                typed[column] = str(parse_source_type(source_type))
+                typed[column] = str(canonical_type(source_type))
             except UnsupportedColumnTypeError as error:
                 raise ColumnTypeMappingError(
                     f"{where}: table {table!r} column {column!r} type {source_type!r} is not "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from airflow_cdc.model import ChangeRow, Image, Op, encode_ordering_key
 from airflow_cdc.sources.spanner.records import DataChangeRecord
+from airflow_cdc.sources.spanner.types import change_row_type
 
 # Value capture types whose UPDATE images carry only the changed columns.
 PARTIAL_CAPTURE_TYPES = frozenset({"OLD_AND_NEW_VALUES", "NEW_VALUES"})
@@ -18,8 +19,12 @@ ORDERING_KEY_PARTS = ("commit_timestamp", "server_transaction_id", "record_seque
 def change_rows(
     record: DataChangeRecord, stream: str, window_id: str, partition_id: str
 ) -> list[ChangeRow]:
-    """The change rows of one data change record, values normalized across dialects."""
-    types = {column.name: column.type_name for column in record.column_types}
+    """The change rows of one data change record, values normalized across dialects.
+
+    Their ``column_types`` are canonical names (:func:`.types.change_row_type`): Spanner's
+    type objects, PostgreSQL annotations folded, as apply reads them.
+    """
+    types = {column.name: change_row_type(column.type) for column in record.column_types}
     op = Op(record.mod_type)
     image = (
         Image.PARTIAL

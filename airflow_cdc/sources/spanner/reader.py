@@ -170,6 +170,12 @@ class SpannerChangeStreamSource(ChangeSource):
             }
         }
 
+    def canonical_type(self, source_type) -> str:
+        """A Spanner type (type object, ``column_types`` entry or DDL name) -> its canonical name."""
+        from airflow_cdc.sources.spanner.types import canonical_type
+
+        return str(canonical_type(source_type))
+
     def lineage_inputs(self, resolved) -> list[tuple[str, str]]:
         """Named as the google provider names Spanner: ``spanner://<project>/<instance>``,
         ``<database>.<change stream>``."""

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from airflow_cdc.model import CdcError, UTC, parse_ts
+from airflow_cdc.sources.spanner.types import change_row_type
 
 
 class ChangeRecordParseError(CdcError):
@@ -28,8 +29,9 @@ class ColumnType:
 
     @property
     def type_name(self) -> str:
-        """Readable type text: INT64, ARRAY<STRING>, NUMERIC, JSON ... (PG annotations folded)."""
-        return type_name(self.type)
+        """The canonical type name change rows declare: INT64, ARRAY<STRING>, NUMERIC, JSON ...
+        (PG annotations folded; see :func:`airflow_cdc.sources.spanner.types.change_row_type`)."""
+        return change_row_type(self.type)
 
 
 @dataclass(frozen=True)
@@ -75,26 +77,6 @@ class ChildPartitionsRecord:
 
 
 Record = DataChangeRecord | HeartbeatRecord | ChildPartitionsRecord
-
-_TYPE_CODES = {
-    # PostgreSQL-dialect annotations fold onto the GoogleSQL type they store.
-    "PG_NUMERIC": "NUMERIC",
-    "PG_JSONB": "JSON",
-}
-
-
-def type_name(spanner_type: dict) -> str:
-    code = str(spanner_type.get("code", "")).upper()
-    annotation = str(spanner_type.get("type_annotation", "") or "").upper()
-    code = _TYPE_CODES.get(annotation, code)
-    if code == "ARRAY":
-        return f"ARRAY<{type_name(spanner_type.get('array_element_type') or {})}>"
-    if code == "STRUCT":
-        fields = (spanner_type.get("struct_type") or {}).get("fields") or []
-        inner = ", ".join(f"{f.get('name')} {type_name(f.get('type') or {})}" for f in fields)
-        return f"STRUCT<{inner}>"
-    return code
-
 
 def parse_result_row(row: list, fields: list | None, dialect: str) -> list[Record]:
     """The records in one result row of a change stream query.
