@@ -5,6 +5,7 @@
     airflow-cdc reset-stream STREAM          forget a stream (asks for confirmation)
     airflow-cdc release-lease STREAM START   free a window held by a dead run (asks first)
     airflow-cdc lag-chart STREAM -o lag.svg  low-watermark lag per window, SVG or PNG
+    airflow-cdc doctor                       what this install has: Airflow, Spark, Iceberg, Java
 
 The state store is the one tasks use: ``--url``, else the ``cdc_state`` connection
 ``--conn-id`` (default ``cdc_state_default``, which falls back to ``$AIRFLOW_CDC_STATE_URL``
@@ -14,6 +15,7 @@ or the SQLite file in AIRFLOW_HOME). URLs are only ever printed without their pa
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -313,6 +315,67 @@ def lag_png(points: list[tuple[datetime, float, WindowState]]) -> bytes:
             + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
 
 
+# --- doctor ------------------------------------------------------------------------------------
+def doctor_report() -> tuple[list[str], list[str]]:
+    """(lines describing this install, problems found): what ``airflow-cdc doctor`` prints."""
+    import platform
+    import shutil
+    import subprocess
+    from importlib import metadata
+
+    from airflow_cdc import __version__
+    from airflow_cdc.spark.environment import find_spark, iceberg_runtime_package, pyspark_conflicts
+    from airflow_cdc.spark.iceberg import offline_runtime_available
+
+    def version(name: str) -> str:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    providers = {ep.value.split(":")[0] for ep in metadata.entry_points(group="apache_airflow_provider")}
+    lines = [
+        f"airflow-cdc {__version__} (python {platform.python_version()})",
+        f"apache-airflow {version('apache-airflow-core')}; provider registered: "
+        f"{'yes' if 'airflow_cdc' in providers else 'NO'}",
+        f"apache-airflow-providers-apache-spark {version('apache-airflow-providers-apache-spark')}; "
+        f"pyspark {version('pyspark')}; pyspark-client {version('pyspark-client')}",
+    ]
+    problems = list(pyspark_conflicts())
+    if "airflow_cdc" not in providers:
+        problems.append("the apache_airflow_provider entry point of airflow-cdc is missing: reinstall it")
+    spark = find_spark()
+    if spark is None:
+        lines.append("spark: none on this machine: run jobs on a cluster (spark_conn_id) and give "
+                     "IcebergCatalog(spark_version=...), or install 'airflow-cdc[spark]'")
+    else:
+        lines.append(f"spark: {spark.version} (Scala {spark.scala}) from {spark.found_by} {spark.home}")
+        if offline_runtime_available():
+            lines.append("iceberg runtime: offline jar from snowpark-connect-deps-iceberg")
+        else:
+            try:
+                lines.append(f"iceberg runtime: {iceberg_runtime_package(spark.version, spark.scala)} (Maven)")
+            except CdcError as error:
+                problems.append(str(error))
+        java = shutil.which("java", path=(os.environ.get("JAVA_HOME", "") + "/bin:" + os.environ.get("PATH", "")))
+        if java is None:
+            problems.append("Spark is installed but no java is on PATH or in $JAVA_HOME: install Java 17")
+        else:
+            shown = subprocess.run([java, "-version"], capture_output=True, text=True)
+            lines.append(f"java: {java} ({(shown.stderr or shown.stdout).splitlines()[0] if (shown.stderr or shown.stdout) else '?'})")
+    return lines, problems
+
+
+def cmd_doctor(args, out) -> int:
+    lines, problems = doctor_report()
+    for line in lines:
+        print(line, file=out)
+    for problem in problems:
+        print(f"PROBLEM: {problem}", file=out)
+    print("doctor: OK" if not problems else f"doctor: {len(problems)} problem(s)", file=out)
+    return 0 if not problems else 1
+
+
 # --- entry point -------------------------------------------------------------------------------
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="airflow-cdc", description=__doc__.split("\n")[0])
@@ -356,6 +419,9 @@ def parser() -> argparse.ArgumentParser:
     chart.add_argument("-o", "--output", required=True, help="file ending in .svg or .png")
     chart.add_argument("--last", type=int, default=200, help="the last N windows (200)")
     chart.set_defaults(run=cmd_lag_chart)
+
+    doctor = commands.add_parser("doctor", help="what this install has: Airflow, Spark, Iceberg, Java")
+    doctor.set_defaults(run=cmd_doctor)
     return top
 
 

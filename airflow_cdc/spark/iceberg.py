@@ -4,15 +4,21 @@ A catalog is described once (:class:`IcebergCatalog`) and turned into Spark conf
 so every job (changelog writer, apply, snapshot) sees the same tables whatever runner
 launches it.
 
-Where the Iceberg runtime comes from:
+Where the Iceberg runtime comes from (:meth:`IcebergCatalog.runtime`), first that applies:
 
 * ``packages`` given (for example ``org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2``):
-  Spark resolves them (``spark.jars.packages``). This is what clusters with Maven access use.
-* otherwise, offline: the runtime jar shipped in the PyPI package
+  Spark resolves them (``spark.jars.packages``).
+* ``spark_version`` given (the cluster's Spark, e.g. ``"3.5"`` on Dataproc 2.2): the runtime
+  coordinate for that Spark (:func:`~airflow_cdc.spark.environment.iceberg_runtime_package`),
+  resolved by the cluster from Maven.
+* a local pyspark with the runtime repack installed (the ``spark`` extra): offline, the
+  runtime jar shipped in the PyPI package
   ``snowpark-connect-deps-iceberg`` plus a Jackson jar relocated into Iceberg's shaded
   namespace, because that repack lacks it (``NoClassDefFoundError:
   org/apache/iceberg/shaded/com/fasterxml/jackson/...``). The relocated jar is built once,
   with Debian's jarjar, from the Jackson jars pyspark itself ships, and cached.
+* otherwise the coordinate for the Spark found on this machine (``$SPARK_HOME``); with no
+  Spark found, building a job's conf fails naming ``spark_version`` and ``packages``.
 
 No pyspark import at module level: Airflow-side code imports this to build job specs.
 """
@@ -26,6 +32,7 @@ import subprocess
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
+from importlib.util import find_spec
 from pathlib import Path
 
 from airflow_cdc.model import CdcError, validate_identifier
@@ -63,17 +70,28 @@ def _pyspark_home() -> Path:
 
 
 def _spark_and_scala_version() -> tuple[str, str]:
-    home = _pyspark_home()
-    spark_version = ""
-    version_file = home / "version.py"
-    if version_file.exists():
-        for line in version_file.read_text().splitlines():
-            if line.startswith("__version__"):
-                spark_version = line.split("=", 1)[1].strip().strip("\"'")
-    scala = "2.12"
-    for jar in (home / "jars").glob("scala-library-*.jar"):
-        scala = ".".join(jar.stem.split("-")[-1].split(".")[:2])
-    return ".".join(spark_version.split(".")[:2]), scala
+    from airflow_cdc.spark.environment import find_spark
+
+    _pyspark_home()  # names the fix when pyspark is missing
+    found = find_spark({})  # this interpreter's pyspark, whatever SPARK_HOME says
+    if found is None:
+        raise IcebergProvisioningError(
+            "this interpreter's pyspark carries no Spark (pyspark-client?): install "
+            "'airflow-cdc[spark]' or pass packages=[...]"
+        )
+    return found.minor, found.scala
+
+
+def offline_runtime_available() -> bool:
+    """Whether this machine can give Spark the Iceberg runtime without Maven: a local pyspark
+    and the PyPI repack of the runtime jar for its Spark (the ``spark`` extra)."""
+    if find_spec("snowpark_connect_deps_iceberg") is None:
+        return False
+    try:
+        iceberg_runtime_jar()
+    except IcebergProvisioningError:
+        return False
+    return True
 
 
 def iceberg_runtime_jar() -> Path:
@@ -170,6 +188,7 @@ class IcebergCatalog:
     jdbc_password: str | None = field(default=None, repr=False)
     packages: tuple[str, ...] | None = None
     extra_jars: tuple[str, ...] = ()
+    spark_version: str | None = None
 
     def __post_init__(self) -> None:
         validate_identifier("Iceberg catalog name", self.name)
@@ -196,9 +215,29 @@ class IcebergCatalog:
             return self.warehouse
         return Path(self.warehouse).absolute().as_uri()
 
+    def runtime(self) -> tuple[list[str], tuple[str, ...]]:
+        """(local jars, Maven packages) that give Spark the Iceberg runtime (see the module)."""
+        from airflow_cdc.spark.environment import find_spark, iceberg_runtime_package
+
+        if self.packages:
+            return [], tuple(self.packages)
+        if self.spark_version:
+            return [], (iceberg_runtime_package(self.spark_version),)
+        if offline_runtime_available():
+            return provision_iceberg_jars(), ()
+        found = find_spark()
+        if found is None:
+            raise IcebergProvisioningError(
+                f"Iceberg catalog {self.name!r}: no Spark was found here to choose the Iceberg "
+                f"runtime for (no $SPARK_HOME, no pyspark). Give the Spark your jobs run on, "
+                f"e.g. IcebergCatalog(spark_version='3.5'), or packages=[...]; or install "
+                f"'airflow-cdc[spark]' to run Spark on this machine"
+            )
+        return [], (iceberg_runtime_package(found.version, found.scala),)
+
     def jars(self) -> list[str]:
         """Local jars this catalog needs on the driver and executors."""
-        jars: list[str] = [] if self.packages else provision_iceberg_jars()
+        jars: list[str] = self.runtime()[0]
         if self.kind == "jdbc":
             scheme = (self.jdbc_url or "").split(":")[1] if ":" in (self.jdbc_url or "") else ""
             driver = JDBC_DRIVER_JARS.get(scheme)
@@ -239,8 +278,9 @@ class IcebergCatalog:
         jars = self.jars()
         if jars:
             conf["spark.jars"] = ",".join(jars)
-        if self.packages:
-            conf["spark.jars.packages"] = ",".join(self.packages)
+        packages = self.runtime()[1]
+        if packages:
+            conf["spark.jars.packages"] = ",".join(packages)
         return conf
 
     def table(self, namespace: str, name: str) -> str:

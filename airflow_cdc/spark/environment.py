@@ -1,0 +1,137 @@
+"""Which Spark this machine has, whether its installation is coherent, and which Iceberg
+runtime matches it. Read from files and package metadata: pyspark is never imported here.
+
+Spark is found, first that applies:
+
+1. ``$SPARK_HOME`` (a Spark distribution: its ``RELEASE`` file and ``jars/``), what
+   spark-submit uses when the user points at a Spark of their own;
+2. the ``pyspark`` package of this interpreter (the ``spark`` extra installs pyspark 3.5).
+
+A pyspark whose files another distribution overwrote is not coherent: every
+``apache-airflow-providers-apache-spark`` 6.x requires ``pyspark-client>=4``, which writes
+the same ``pyspark/`` files as pyspark 3.5 (``pip check`` stays clean, and SparkSession
+fails later with CONNECT_URL_NOT_SET). :func:`pyspark_conflicts` names that and the fix.
+
+The Iceberg runtime is chosen by Spark version (:func:`iceberg_runtime_package`), not a fixed
+coordinate: Iceberg 1.10 ships runtimes for Spark 3.4 and 3.5 (Scala 2.12 or 2.13) and 4.0
+(Scala 2.13).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from importlib import metadata
+from importlib.util import find_spec
+from pathlib import Path
+
+from airflow_cdc.model import CdcError
+
+ICEBERG_VERSION = "1.10.2"
+# Spark minor version -> the Scala versions Iceberg publishes its runtime for (first: default).
+ICEBERG_RUNTIMES: dict[str, tuple[str, ...]] = {
+    "3.4": ("2.12", "2.13"),
+    "3.5": ("2.12", "2.13"),
+    "4.0": ("2.13",),
+}
+
+
+class UnsupportedSparkError(CdcError):
+    """No Iceberg runtime exists for this Spark, or no Spark was found to choose one."""
+
+
+@dataclass(frozen=True)
+class SparkInstall:
+    """A Spark found on this machine."""
+
+    version: str  # "3.5.9"
+    scala: str  # "2.12"
+    home: Path
+    found_by: str  # "SPARK_HOME" or "pyspark"
+
+    @property
+    def minor(self) -> str:
+        return ".".join(self.version.split(".")[:2])
+
+
+def _scala_of(jars: Path) -> str | None:
+    for jar in sorted(jars.glob("scala-library-*.jar")):
+        match = re.search(r"scala-library-(\d+\.\d+)", jar.name)
+        if match:
+            return match.group(1)
+    return None
+
+
+def _spark_core_version(jars: Path) -> str | None:
+    for jar in sorted(jars.glob("spark-core_*.jar")):
+        match = re.search(r"spark-core_\d+\.\d+-(\d+\.\d+\.\d+)", jar.name)
+        if match:
+            return match.group(1)
+    return None
+
+
+def find_spark(environ: dict | None = None) -> SparkInstall | None:
+    """The Spark of ``$SPARK_HOME``, else of this interpreter's pyspark; None when neither."""
+    environ = os.environ if environ is None else environ
+    home = environ.get("SPARK_HOME")
+    if home and (Path(home) / "jars").is_dir():
+        jars = Path(home) / "jars"
+        version = _spark_core_version(jars)
+        release = Path(home) / "RELEASE"
+        if version is None and release.exists():
+            match = re.search(r"Spark (\d+\.\d+\.\d+)", release.read_text())
+            version = match.group(1) if match else None
+        if version:
+            return SparkInstall(version, _scala_of(jars) or "2.12", Path(home), "SPARK_HOME")
+    spec = find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        return None
+    package = Path(spec.origin).parent
+    jars = package / "jars"
+    version = _spark_core_version(jars) if jars.is_dir() else None
+    if version is None:
+        return None  # pyspark-client (Spark Connect only) carries no Spark to run jobs with
+    return SparkInstall(version, _scala_of(jars) or "2.12", package, "pyspark")
+
+
+def _installed(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def pyspark_conflicts() -> list[str]:
+    """Why this interpreter's pyspark files are not one coherent install (empty when they are)."""
+    pyspark, client = _installed("pyspark"), _installed("pyspark-client")
+    problems = []
+    if pyspark and client and pyspark != client:
+        problems.append(
+            f"pyspark {pyspark} and pyspark-client {client} are both installed and write the "
+            f"same pyspark/ files, so neither is intact (apache-airflow-providers-apache-spark "
+            f"6.x requires pyspark-client>=4). Fix: pip uninstall -y pyspark-client pyspark && "
+            f"pip install 'airflow-cdc[spark]' (which holds the Spark provider below 6), or "
+            f"run Spark jobs on a cluster and keep pyspark off the Airflow workers"
+        )
+    return problems
+
+
+def iceberg_runtime_package(spark_version: str, scala: str | None = None,
+                            iceberg_version: str = ICEBERG_VERSION) -> str:
+    """The Maven coordinate of the Iceberg Spark runtime for ``spark_version`` ("3.5", "4.0.1")."""
+    minor = ".".join(str(spark_version).split(".")[:2])
+    scalas = ICEBERG_RUNTIMES.get(minor)
+    if scalas is None:
+        raise UnsupportedSparkError(
+            f"Spark {spark_version} has no Iceberg {iceberg_version} runtime: supported are "
+            f"Spark {sorted(ICEBERG_RUNTIMES)}; run the jobs on one of those, or give "
+            f"IcebergCatalog(packages=[...]) with a runtime you know works"
+        )
+    scala = scala or scalas[0]
+    if scala not in scalas:
+        raise UnsupportedSparkError(
+            f"Spark {minor} with Scala {scala} has no Iceberg runtime: it exists for Scala "
+            f"{list(scalas)}"
+        )
+    return f"org.apache.iceberg:iceberg-spark-runtime-{minor}_{scala}:{iceberg_version}"

@@ -1,0 +1,229 @@
+"""The install paths a user takes, each in a fresh venv: ``make check-install``.
+
+    python tests/install/check_install.py [latest] [lowest] [spark] [docker]
+
+The package is built once as a wheel from this working tree (what PyPI would serve) and each
+variant installs it into a new Python venv without the dev constraints:
+
+* ``latest``: ``pip install airflow-cdc``: the Airflow side only, newest versions allowed;
+* ``lowest``: the same with the lowest versions the metadata allows
+  (``uv pip install --resolution lowest-direct``): the lower bounds in pyproject must work;
+* ``spark``: ``pip install 'airflow-cdc[spark]'``: a local Spark, coherent (no second
+  distribution owns pyspark's files), running a real Iceberg write;
+* ``docker``: the ``pip install`` and provisioning steps of ``docker/Dockerfile``, run as
+  written (with its constraints file), so they cannot rot.
+
+Every variant checks: ``pip check`` is clean, ``airflow providers list`` shows the provider,
+the example DAGs in ``dags/`` parse without import errors, ``airflow-cdc doctor`` answers OK,
+and the Airflow side never installed pyspark when it was not asked for. It prints one line
+per variant with the resolved versions, and ``check-install: OK variants=<n>`` at the end
+(non-zero exit on any failure).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+REPORTED = ("apache-airflow-core", "apache-airflow-providers-google",
+            "apache-airflow-providers-apache-spark", "apache-airflow-providers-openlineage",
+            "apache-airflow-providers-common-compat", "pyspark", "pyspark-client", "SQLAlchemy",
+            "google-cloud-spanner")
+
+PARSE_DAGS = """
+import sys
+try:
+    from airflow.dag_processing.dagbag import DagBag
+except ImportError:  # Airflow < 3.1
+    from airflow.models.dagbag import DagBag
+bag = DagBag(sys.argv[1])
+if bag.import_errors or not bag.dags:
+    print(f"DAG import errors: {bag.import_errors}", file=sys.stderr)
+    sys.exit(1)
+print("DAGS:", " ".join(sorted(bag.dags)))
+"""
+
+SPARK_WRITE = """
+import sys
+from airflow_cdc.spark.iceberg import IcebergCatalog, local_session
+catalog = IcebergCatalog(name="lake", kind="hadoop", warehouse=sys.argv[1])
+spark = local_session(catalog, app_name="check-install", master="local[1]")
+spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.check")
+spark.sql("CREATE TABLE lake.check.t (id bigint) USING iceberg")
+spark.sql("INSERT INTO lake.check.t VALUES (1), (2)")
+print("iceberg rows:", spark.table("lake.check.t").count())
+spark.stop()
+"""
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def run(command: list[str], *, env: dict | None = None, cwd: Path | None = None,
+        timeout: float = 1800) -> str:
+    shown = " ".join(shlex.quote(c) for c in command)
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    if done.returncode != 0:
+        raise CheckFailed(f"`{shown}` exited {done.returncode}:\n{(done.stdout + done.stderr)[-4000:]}")
+    return done.stdout
+
+
+def build_wheel(work: Path) -> Path:
+    """The wheel of this working tree (tracked and new files, as git sees them)."""
+    source = work / "source"
+    files = run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT).split("\n")
+    for name in filter(None, files):
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
+    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "-w", str(work / "dist"), str(source)])
+    [wheel] = (work / "dist").glob("airflow_cdc-*.whl")
+    return wheel
+
+
+def new_venv(path: Path) -> Path:
+    run([sys.executable, "-m", "venv", str(path)])
+    python = path / "bin" / "python"
+    run([str(python), "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
+    return python
+
+
+def versions(python: Path) -> dict[str, str]:
+    listed = json.loads(run([str(python), "-m", "pip", "list", "--format", "json"]))
+    found = {p["name"].lower(): p["version"] for p in listed}
+    return {name: found.get(name.lower(), "-") for name in REPORTED}
+
+
+def check_venv(name: str, python: Path, *, spark_expected: bool) -> dict[str, str]:
+    """The checks every variant shares; returns the resolved versions."""
+    bin_dir = python.parent
+    home = Path(tempfile.mkdtemp(prefix=f"check-install-{name}-home-"))
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYSPARK", "SPARK_HOME"))},
+           "AIRFLOW_HOME": str(home), "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+           "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    run([str(python), "-m", "pip", "check"], env=env)
+    providers = run([str(bin_dir / "airflow"), "providers", "list", "-o", "json"], env=env)
+    if "airflow-cdc" not in {p.get("package_name") for p in json.loads(providers)}:
+        raise CheckFailed(f"{name}: `airflow providers list` does not show airflow-cdc")
+    parsed = run([str(python), "-c", PARSE_DAGS, str(ROOT / "dags")], env=env)
+    dags = next(line for line in parsed.splitlines() if line.startswith("DAGS:")).split()[1:]
+    doctor = run([str(bin_dir / "airflow-cdc"), "doctor"], env=env)
+    if not doctor.rstrip().endswith("doctor: OK"):
+        raise CheckFailed(f"{name}: airflow-cdc doctor found problems:\n{doctor}")
+    found = versions(python)
+    if not spark_expected and (found["pyspark"] != "-" or found["pyspark-client"] != "-"):
+        raise CheckFailed(f"{name}: the Airflow side installed pyspark {found['pyspark']} / "
+                          f"pyspark-client {found['pyspark-client']}, which it never imports")
+    if spark_expected:
+        if not found["pyspark"].startswith("3.5.") or found["pyspark-client"] != "-":
+            raise CheckFailed(f"{name}: Spark is not one coherent pyspark 3.5: {found}")
+        rows = run([str(python), "-c", SPARK_WRITE, str(home / "warehouse")], env=env)
+        if "iceberg rows: 2" not in rows:
+            raise CheckFailed(f"{name}: the Iceberg write through local Spark did not count 2 rows:\n{rows}")
+    shutil.rmtree(home, ignore_errors=True)
+    print(f"check-install {name}: dags={','.join(dags)} " + " ".join(f"{k}={v}" for k, v in found.items()),
+          flush=True)
+    return found
+
+
+def variant_latest(work: Path, wheel: Path) -> None:
+    python = new_venv(work / "latest")
+    run([str(python), "-m", "pip", "install", "--quiet", str(wheel)])
+    check_venv("latest", python, spark_expected=False)
+
+
+def core_requirements(wheel: Path) -> list[str]:
+    """The wheel's own requirements (``Requires-Dist`` without an extra)."""
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as archive:
+        [name] = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        text = archive.read(name).decode()
+    return [line.split(":", 1)[1].strip() for line in text.splitlines()
+            if line.startswith("Requires-Dist:") and "extra ==" not in line]
+
+
+def variant_lowest(work: Path, wheel: Path) -> None:
+    """Its requirements are given as direct ones, so ``lowest-direct`` takes the lowest
+    version of each that the metadata allows (their own dependencies resolve as usual)."""
+    python = new_venv(work / "lowest")
+    run([str(python), "-m", "pip", "install", "--quiet", "uv"])
+    run([str(python.parent / "uv"), "pip", "install", "--quiet", "--python", str(python),
+         "--resolution", "lowest-direct", str(wheel), *core_requirements(wheel)])
+    check_venv("lowest", python, spark_expected=False)
+
+
+def variant_spark(work: Path, wheel: Path) -> None:
+    python = new_venv(work / "spark")
+    run([str(python), "-m", "pip", "install", "--quiet", f"{wheel}[spark]"])
+    check_venv("spark", python, spark_expected=True)
+
+
+def dockerfile_steps(dockerfile: Path) -> list[str]:
+    """The Python install steps of the Dockerfile: its ``RUN pip ...`` / ``RUN python ...``
+    commands (continuation lines joined), as written."""
+    text = re.sub(r"\\\n\s*", " ", dockerfile.read_text())
+    steps = []
+    for line in text.splitlines():
+        match = re.match(r"\s*RUN\s+(.*)", line)
+        if match and re.match(r"(pip|python)\b", match.group(1)):
+            steps.extend(part.strip() for part in match.group(1).split("&&"))
+    return steps
+
+
+def variant_docker(work: Path, wheel: Path) -> None:
+    """The Dockerfile's COPY of the project to /opt/airflow-cdc, then its install steps."""
+    python = new_venv(work / "docker")
+    project = work / "opt-airflow-cdc"
+    shutil.copytree(work / "source", project)
+    for step in dockerfile_steps(ROOT / "docker" / "Dockerfile"):
+        words = [w.replace("/opt/airflow-cdc", str(project)) for w in shlex.split(step)]
+        words[0] = str(python.parent / words[0])
+        run(words, cwd=project)
+    check_venv("docker", python, spark_expected=True)
+
+
+VARIANTS = {"latest": variant_latest, "lowest": variant_lowest, "spark": variant_spark,
+            "docker": variant_docker}
+
+
+def main(argv: list[str]) -> int:
+    chosen = argv or list(VARIANTS)
+    unknown = sorted(set(chosen) - set(VARIANTS))
+    if unknown:
+        print(f"check-install: unknown variant(s) {unknown}; known: {sorted(VARIANTS)}", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="check-install-"))
+    failed = []
+    try:
+        wheel = build_wheel(work)
+        for name in chosen:
+            began = time.monotonic()
+            try:
+                VARIANTS[name](work, wheel)
+            except (CheckFailed, subprocess.TimeoutExpired) as error:
+                failed.append(name)
+                print(f"check-install {name}: FAILED\n{error}", file=sys.stderr, flush=True)
+            print(f"check-install {name}: {time.monotonic() - began:.0f} s", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if failed:
+        print(f"check-install: FAILED variants={','.join(failed)}", flush=True)
+        return 1
+    print(f"check-install: OK variants={len(chosen)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
