@@ -8,7 +8,7 @@ SYSTEM_JARS := /usr/share/java/jarjar.jar /usr/share/java/postgresql.jar /usr/sh
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
-.PHONY: setup test demo demo-datastream live-datastream bench services system-packages constraints clean
+.PHONY: setup test check-install demo demo-datastream live-datastream bench services system-packages constraints clean
 
 ## setup: venv with the pinned constraints, the package (editable), Debian jars, Iceberg jars.
 setup: $(STAMP)
@@ -37,6 +37,12 @@ services:
 ## test: the whole suite (set-up first when needed).
 test: setup services
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+## check-install: the install paths users take, each in a fresh venv without the dev pins
+## (Airflow side only at the newest and at the lowest allowed versions, cluster, local Spark,
+## the Dockerfile's steps); about 8 minutes. CI runs it after the tests.
+check-install: setup
+	$(PY) tests/install/check_install.py $(VARIANTS)
 
 ## demo: the main pipeline end to end on embedded defaults.
 demo: setup

@@ -1,6 +1,6 @@
 """The install paths a user takes, each in a fresh venv: ``make check-install``.
 
-    python tests/install/check_install.py [latest] [lowest] [spark] [docker]
+    python tests/install/check_install.py [latest] [lowest] [cluster] [spark] [docker]
 
 The package is built once as a wheel from this working tree (what PyPI would serve) and each
 variant installs it into a new Python venv without the dev constraints:
@@ -8,6 +8,8 @@ variant installs it into a new Python venv without the dev constraints:
 * ``latest``: ``pip install airflow-cdc``: the Airflow side only, newest versions allowed;
 * ``lowest``: the same with the lowest versions the metadata allows
   (``uv pip install --resolution lowest-direct``): the lower bounds in pyproject must work;
+* ``cluster``: ``pip install 'airflow-cdc[cluster]'``: the Spark provider's SparkSubmitHook
+  for a cluster, and no pyspark (a provider 6.x brings pyspark-client, never imported);
 * ``spark``: ``pip install 'airflow-cdc[spark]'``: a local Spark, coherent (no second
   distribution owns pyspark's files), running a real Iceberg write;
 * ``docker``: the ``pip install`` and provisioning steps of ``docker/Dockerfile``, run as
@@ -50,6 +52,18 @@ if bag.import_errors or not bag.dags:
     print(f"DAG import errors: {bag.import_errors}", file=sys.stderr)
     sys.exit(1)
 print("DAGS:", " ".join(sorted(bag.dags)))
+"""
+
+CLUSTER_SUBMIT = """
+import json, os
+os.environ["AIRFLOW_CONN_SPARK_CHECK"] = json.dumps({"conn_type": "spark", "host": "spark://127.0.0.1", "port": 7077})
+from airflow_cdc.spark.iceberg import IcebergCatalog
+from airflow_cdc.spark.job import iceberg_job_spec
+from airflow_cdc.spark.runners import SparkSubmitHookRunner
+spec = iceberg_job_spec("extract", IcebergCatalog(spark_version="3.5", warehouse="gs://bucket/lake"),
+                        ["--plan", "p.json", "--outcome", "o.json", "--result", "r.json"], name="check")
+command = SparkSubmitHookRunner(conn_id="spark_check", spark_binary="spark-submit").hook(spec)._build_spark_submit_command(spec.application)
+print("SUBMIT:", " ".join(command))
 """
 
 SPARK_WRITE = """
@@ -105,7 +119,7 @@ def versions(python: Path) -> dict[str, str]:
     return {name: found.get(name.lower(), "-") for name in REPORTED}
 
 
-def check_venv(name: str, python: Path, *, spark_expected: bool) -> dict[str, str]:
+def check_venv(name: str, python: Path, *, spark_expected: bool, client_allowed: bool = False) -> dict[str, str]:
     """The checks every variant shares; returns the resolved versions."""
     bin_dir = python.parent
     home = Path(tempfile.mkdtemp(prefix=f"check-install-{name}-home-"))
@@ -122,7 +136,7 @@ def check_venv(name: str, python: Path, *, spark_expected: bool) -> dict[str, st
     if not doctor.rstrip().endswith("doctor: OK"):
         raise CheckFailed(f"{name}: airflow-cdc doctor found problems:\n{doctor}")
     found = versions(python)
-    if not spark_expected and (found["pyspark"] != "-" or found["pyspark-client"] != "-"):
+    if not spark_expected and (found["pyspark"] != "-" or (found["pyspark-client"] != "-" and not client_allowed)):
         raise CheckFailed(f"{name}: the Airflow side installed pyspark {found['pyspark']} / "
                           f"pyspark-client {found['pyspark-client']}, which it never imports")
     if spark_expected:
@@ -164,6 +178,22 @@ def variant_lowest(work: Path, wheel: Path) -> None:
     check_venv("lowest", python, spark_expected=False)
 
 
+def variant_cluster(work: Path, wheel: Path) -> None:
+    """Jobs on a cluster through the Spark provider: whatever provider resolves (6.x brings
+    pyspark-client, which the Airflow side never imports), and no pyspark."""
+    python = new_venv(work / "cluster")
+    run([str(python), "-m", "pip", "install", "--quiet", f"{wheel}[cluster]"])
+    check_venv("cluster", python, spark_expected=False, client_allowed=True)
+    # A job spec is built without pyspark, and the resolved provider's hook takes it.
+    submit = run([str(python), "-c", CLUSTER_SUBMIT])
+    command = next(line for line in submit.splitlines() if line.startswith("SUBMIT:"))
+    for part in ("--master spark://127.0.0.1:7077",
+                 "--packages org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:", "--py-files",
+                 "spark_jobs/extract.py"):
+        if part not in command:
+            raise CheckFailed(f"cluster: the spark-submit command lacks {part!r}: {command}")
+
+
 def variant_spark(work: Path, wheel: Path) -> None:
     python = new_venv(work / "spark")
     run([str(python), "-m", "pip", "install", "--quiet", f"{wheel}[spark]"])
@@ -182,8 +212,23 @@ def dockerfile_steps(dockerfile: Path) -> list[str]:
     return steps
 
 
+def check_compose(compose: Path) -> None:
+    """docker-compose.yaml runs Airflow 3's components, with no Airflow 2 command in it."""
+    import yaml
+
+    services = yaml.safe_load(compose.read_text())["services"]
+    commands = {name: " ".join(service.get("command") or []) for name, service in services.items()}
+    for component in ("api-server", "scheduler", "dag-processor", "triggerer"):
+        if not any(c.startswith(f"airflow {component}") for c in commands.values()):
+            raise CheckFailed(f"{compose} runs no `airflow {component}` (Airflow 3 needs it)")
+    stale = [n for n, c in commands.items() if "users create" in c or "webserver" in c]
+    if stale:
+        raise CheckFailed(f"{compose}: services {stale} use Airflow 2 commands (users create, webserver)")
+
+
 def variant_docker(work: Path, wheel: Path) -> None:
     """The Dockerfile's COPY of the project to /opt/airflow-cdc, then its install steps."""
+    check_compose(ROOT / "docker" / "docker-compose.yaml")
     python = new_venv(work / "docker")
     project = work / "opt-airflow-cdc"
     shutil.copytree(work / "source", project)
@@ -194,8 +239,8 @@ def variant_docker(work: Path, wheel: Path) -> None:
     check_venv("docker", python, spark_expected=True)
 
 
-VARIANTS = {"latest": variant_latest, "lowest": variant_lowest, "spark": variant_spark,
-            "docker": variant_docker}
+VARIANTS = {"latest": variant_latest, "lowest": variant_lowest, "cluster": variant_cluster,
+            "spark": variant_spark, "docker": variant_docker}
 
 
 def main(argv: list[str]) -> int:
