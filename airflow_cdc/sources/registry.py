@@ -78,6 +78,11 @@ def source_class(name: str) -> type:
             f"kind: derive it from airflow_cdc.sources.base.ChangeSource and set kind"
         )
     validate_identifier("source kind", found.kind)
+    if ":" not in name and found.kind != name:
+        raise UnknownSourceError(
+            f"source kind {name!r} is registered as {path!r}, whose kind is {found.kind!r}: "
+            f"register it under the entry point name {found.kind!r}"
+        )
     return found
 
 
