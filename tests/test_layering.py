@@ -30,7 +30,7 @@ the rest follows). Layer by layer, with the layers directly below it::
     operators.task_context   model: the run's window, summary and deferral default
     sensors                  triggers, operators.task_context: the gate
     operators                sensors, assets, spark: the protocol's tasks and TaskGroups
-    cli                      hooks: the command line
+    cli                      hooks, spark: the command line (doctor reads the Spark install)
     spark_jobs               pipeline, spark: Spark entry points (never the Airflow side)
     demo                     operators, emulators, cli: the demos
 
@@ -158,7 +158,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "task_context": (("airflow_cdc.operators.task_context",), ("model",)),
     "sensors": (("airflow_cdc.sensors",), ("triggers", "task_context")),
     "operators": (("airflow_cdc.operators",), ("sensors", "assets", "spark")),
-    "cli": (("airflow_cdc.cli",), ("hooks",)),
+    "cli": (("airflow_cdc.cli",), ("hooks", "spark")),
     "spark_jobs": (("spark_jobs",), ("pipeline", "spark")),
     "demo": (("airflow_cdc.demo",), ("operators", "emulators", "cli")),
 }
