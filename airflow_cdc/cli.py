@@ -327,16 +327,14 @@ def doctor_report() -> tuple[list[str], list[str]]:
     from airflow_cdc.spark.environment import (
         find_spark,
         iceberg_runtime_package,
+        installed_version,
         java_home,
         pyspark_conflicts,
     )
     from airflow_cdc.spark.iceberg import offline_runtime_available
 
     def version(name: str) -> str:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            return "not installed"
+        return installed_version(name) or "not installed"
 
     providers = {ep.value.split(":")[0] for ep in metadata.entry_points(group="apache_airflow_provider")}
     lines = [

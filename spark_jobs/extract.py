@@ -235,9 +235,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def run_extract_job(extract, argv: Sequence[str] | None = None) -> int:
-    """Read the plan (merging source overrides), run ``extract(spark, plan, outcome_path)``,
-    write its result summary."""
+def main(argv: Sequence[str] | None = None) -> int:
+    """Read the plan (merging source overrides), extract the window, write its result summary."""
     from pyspark.sql import SparkSession
 
     from spark_jobs.changelog import read_text, write_text
@@ -249,15 +248,11 @@ def run_extract_job(extract, argv: Sequence[str] | None = None) -> int:
         if args.source_overrides:
             overrides = json.loads(read_text(spark, args.source_overrides))
             plan = with_source_overrides(plan, overrides)
-        result = extract(spark, plan, args.outcome)
+        result = extract_window(spark, plan, args.outcome)
         write_text(spark, args.result, json.dumps(result, sort_keys=True))
     finally:
         spark.stop()
     return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_extract_job(extract_window, argv)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ shortcuts that name their source's arguments.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -157,25 +157,23 @@ def protocol_group(
 def pipeline_group(
     factory: str,
     group_id: str,
-    stream: Any,
+    stream: Callable[[PipelineOptions], StreamConfig],
     options: Mapping[str, Any],
     source_conn: Mapping[str, Any] | None = None,
     wait_poke_interval: float = 30,
     **overrides: Any,
 ) -> TaskGroup:
     """What every factory does once it has its source's arguments: check the shared options
-    (an unknown name is refused), refuse a zero-width schedule, build the stream (``stream``:
-    a StreamConfig, or a callable taking the options) and the group."""
+    (an unknown name is refused), refuse a zero-width schedule, build the stream
+    (``stream(options)``: the namespace and work folder are shared options) and the group."""
     from dataclasses import replace
 
     from airflow.sdk.definitions._internal.contextmanager import DagContext
 
     shared = PipelineOptions.named(factory, options)
     refuse_zero_width_schedule(shared.dag or DagContext.get_current())
-    if callable(stream):
-        stream = stream(shared)
     return protocol_group(
-        group_id=group_id, stream=stream, options=replace(shared, **overrides),
+        group_id=group_id, stream=stream(shared), options=replace(shared, **overrides),
         source_conn=source_conn, wait_poke_interval=wait_poke_interval,
     )
 

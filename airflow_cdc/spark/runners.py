@@ -233,11 +233,9 @@ class SparkSubmitHookRunner:
 
     def run(self, spec: SparkJobSpec) -> SparkJobResult:
         """Submit ``spec`` through the hook and wait; raise SparkJobError if it fails."""
-        from airflow_cdc.spark.environment import java_home
+        from airflow_cdc.spark.environment import use_java_home
 
-        home = java_home()
-        if home is not None:  # spark-submit runs in this process's environment
-            os.environ["JAVA_HOME"] = home
+        use_java_home()  # the hook runs spark-submit in this process's environment
         hook = self.hook(spec)
         tail: collections.deque[str] = collections.deque(maxlen=self.log_tail_lines)
         # The hook logs every line of spark-submit's output through ``hook.log`` and raises
