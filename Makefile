@@ -8,7 +8,7 @@ SYSTEM_JARS := /usr/share/java/jarjar.jar /usr/share/java/postgresql.jar /usr/sh
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
-.PHONY: setup test check-install demo demo-datastream live-datastream bench services system-packages constraints clean
+.PHONY: setup test check-install demo demo-datastream demo-bigtable live-datastream bench services system-packages constraints clean
 
 ## setup: venv with the pinned constraints, the package (editable), Debian jars, Iceberg jars.
 setup: $(STAMP)
@@ -51,6 +51,10 @@ demo: setup
 ## demo-datastream: the Datastream pipeline end to end on local event files.
 demo-datastream: setup
 	$(PY) -m airflow_cdc.demo.datastream
+
+## demo-bigtable: the Bigtable change stream pipeline end to end on the local emulator.
+demo-bigtable: setup
+	$(PY) -m airflow_cdc.demo.bigtable
 
 ## live-datastream: the Datastream DAG under Airflow's scheduler and triggerer on a 1-minute
 ## schedule while a writer lands files in wall-clock time (about 6 minutes).

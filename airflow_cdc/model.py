@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import re
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -207,15 +207,42 @@ class PartitionPosition:
 
 @dataclass(frozen=True)
 class ChildPartition:
-    """A partition a parent reported (Spanner child_partitions_record, Bigtable CloseStream)."""
+    """A partition a parent reported (Spanner child_partitions_record, Bigtable CloseStream).
+
+    ``handover`` is where this parent hands the child over, when the source says (Bigtable's
+    continuation token for the piece of the child this parent covered); the child is read
+    from all its parents' hand-overs together (:func:`child_resume_position`).
+    """
 
     partition_id: str
     start: datetime
     parent_ids: tuple[str, ...]
+    handover: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "start", ensure_utc("child start", self.start))
         object.__setattr__(self, "parent_ids", tuple(self.parent_ids))
+
+
+def child_resume_position(handovers: Mapping[str, str | None]) -> str | None:
+    """A child's resume position: its parents' hand-overs by parent id, as JSON text.
+
+    None when no parent handed over a position (Spanner: a child is read from its start).
+    The source reads it back with :func:`parent_handovers`.
+    """
+    given = {parent: position for parent, position in handovers.items() if position is not None}
+    if not given:
+        return None
+    return _dumps({"handovers": dict(sorted(given.items()))})
+
+
+def parent_handovers(resume_position: str | None) -> dict[str, str] | None:
+    """The hand-overs of a child's resume position, or None for any other position."""
+    if not resume_position or not resume_position.startswith('{"handovers"'):
+        return None
+    import json
+
+    return dict(json.loads(resume_position)["handovers"])
 
 
 def all_parents_reported(parent_ids: Iterable[str], reported_by: Iterable[str]) -> bool:
@@ -264,6 +291,9 @@ class Readiness:
     ready: bool
     reason: str
     retry_at: datetime | None = None
+    #: Plan options a ready answer decided (JSON): the first plan of the window records them
+    #: (Bigtable: a window the stall policy opened unconfirmed).
+    options: dict = field(default_factory=dict)
 
 
 # --- ordering keys -------------------------------------------------------------------------

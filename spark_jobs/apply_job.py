@@ -63,7 +63,8 @@ def main(argv: Sequence[str] | None = None, spark=None) -> int:
     code = 0
     try:
         try:
-            result = apply_window(spark, config)
+            result = _source_apply(data)
+            result = apply_window(spark, config) if result is None else result(spark, data)
         except DeadLettersError as error:
             print(f"apply_job: error: {error}", file=sys.stderr)
             result, code = error.result, 1
@@ -77,6 +78,15 @@ def main(argv: Sequence[str] | None = None, spark=None) -> int:
     finally:
         if owned:
             spark.stop()
+
+
+def _source_apply(data: dict):
+    """The stream's source's own apply (``ChangeSource.apply_window``), or None."""
+    if not data.get("source"):
+        return None
+    from airflow_cdc.sources.registry import build_source
+
+    return build_source(data["source"]).apply_window
 
 
 def _write_text(spark, path: str, text: str) -> None:

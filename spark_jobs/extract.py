@@ -62,7 +62,7 @@ def read_partition_task(plan_json: str, position_json: dict):
     window = plan.window
     rows = [changelog_tuple(row) for row in read.rows]
     dead = [dead_letter_tuple(window.stream_id, window.window_id, d) for d in read.dead_letters]
-    return read.outcome, read.transactions, rows, dead
+    return read.outcome, read.transactions, rows, dead, dict(read.counts)
 
 
 def _log_progress_to_stderr() -> None:
@@ -98,24 +98,28 @@ def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
 
     sc = spark.sparkContext
     plan_json = plan.to_json()
-    lineage = WindowLineage(plan.positions, plan.pending_children)
+    source = window_source(plan)
+    lineage = WindowLineage(plan.positions, plan.pending_children, source.resolve_child)
     reads_done = []
     dead_letters = []
+    source_counts: dict[str, int] = {}
 
     def read_round(batch):
         reads = sc.parallelize(
             [position_to_json(p) for p in batch], numSlices=max(1, len(batch))
         ).map(lambda position: read_partition_task(plan_json, position))
         reads.persist(StorageLevel.MEMORY_AND_DISK)
-        results = reads.map(lambda r: (r[0], r[1], len(r[3]))).collect()
+        results = reads.map(lambda r: (r[0], r[1], len(r[3]), r[4])).collect()
         reads_done.append(reads)
-        dead_letters.extend(dead for _, _, dead in results)
-        results = [(outcome, tallies) for outcome, tallies, _ in results]
+        dead_letters.extend(dead for _, _, dead, _ in results)
+        for *_, counts in results:
+            for name, value in counts.items():
+                source_counts[name] = source_counts.get(name, 0) + value
+        results = [(outcome, tallies) for outcome, tallies, _, _ in results]
         report_round(plan.window, lineage.rounds, results)
         return results
 
     outcomes, tallies = run_rounds(lineage, read_round)
-    source = window_source(plan)
     if not source.partitions_split and any(o.children for o in outcomes):
         split = sorted(o.partition_id for o in outcomes if o.children)
         raise CdcError(
@@ -123,6 +127,7 @@ def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
             f"partitions_split = False: set it on the source class if its partitions split"
         )
     transactions = check_transactions(tallies)
+    source.check_partitions(outcomes, lineage.still_pending)
     rows = sc.union([r.flatMap(lambda r: r[2]) for r in reads_done]) if reads_done else sc.emptyRDD()
     dead_count = sum(dead_letters)
     dead = sc.union([r.flatMap(lambda r: r[3]) for r in reads_done]) if dead_count else None
@@ -137,6 +142,7 @@ def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
             "transactions": len(transactions),
             "rounds": lineage.rounds,
             **({"dead_letters": dead_count} if dead_count else {}),
+            **source_counts,
         },
         dead_letters=dead,
         pending_children=tuple(lineage.still_pending),

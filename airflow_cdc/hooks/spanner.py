@@ -7,42 +7,14 @@ emulator with anonymous credentials instead, like Google's own client does.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Sequence
-
-from airflow.providers.common.compat.sdk import BaseHook
-from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
-
+from airflow_cdc.hooks.google import EmulatorAwareGoogleHook
 from airflow_cdc.sources.spanner.reader import SpannerConnection
 
 
-class SpannerChangeStreamHook(GoogleBaseHook):
+class SpannerChangeStreamHook(EmulatorAwareGoogleHook):
     """Builds the connection Spark tasks use to read a change stream."""
 
-    def __init__(
-        self,
-        gcp_conn_id: str = "google_cloud_default",
-        impersonation_chain: str | Sequence[str] | None = None,
-        emulator_host: str | None = None,
-        pass_credentials: bool = True,
-        **kwargs,
-    ) -> None:
-        self.pass_credentials = pass_credentials
-        self.emulator_host = emulator_host or os.environ.get("SPANNER_EMULATOR_HOST")
-        if self.emulator_host:
-            # GoogleBaseHook reads the gcp connection when built; an emulator needs none, and
-            # laptops running the emulator usually have no google_cloud_default defined.
-            BaseHook.__init__(self, **kwargs)
-            self.gcp_conn_id = gcp_conn_id
-            self.impersonation_chain = impersonation_chain
-            self.quota_project_id = None
-            self.extras = {}
-            self._cached_credentials = None
-            self._cached_project_id = None
-        else:
-            super().__init__(
-                gcp_conn_id=gcp_conn_id, impersonation_chain=impersonation_chain, **kwargs
-            )
+    emulator_env = "SPANNER_EMULATOR_HOST"
 
     def connection_for(
         self, instance_id: str, database_id: str, project_id: str | None = None,
@@ -57,8 +29,6 @@ class SpannerChangeStreamHook(GoogleBaseHook):
         ``pass_credentials`` None takes the hook's (``pass_credentials`` of the pipeline's
         ``source_conn``).
         """
-        if pass_credentials is None:
-            pass_credentials = self.pass_credentials
         if self.emulator_host:
             return SpannerConnection(
                 project=project_id or "emulator-project",
@@ -66,10 +36,9 @@ class SpannerChangeStreamHook(GoogleBaseHook):
                 database=database_id,
                 emulator_host=self.emulator_host,
             )
-        project = project_id or self.project_id
-        token = self._get_access_token() if pass_credentials else None
         return SpannerConnection(
-            project=project, instance=instance_id, database=database_id, access_token=token
+            project=project_id or self.project_id, instance=instance_id, database=database_id,
+            access_token=self.access_token_for_job(pass_credentials),
         )
 
     def get_database(self, instance_id: str, database_id: str, project_id: str | None = None):

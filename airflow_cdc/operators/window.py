@@ -207,7 +207,8 @@ class CdcPlanOperator(CdcWindowOperator):
             },
         )
 
-    def plan(self, context) -> dict:
+    def plan(self, context, decided: dict | None = None) -> dict:
+        """Plan the window; ``decided`` are plan options the readiness answer gave."""
         from datetime import datetime, timezone
 
         from airflow_cdc.pipeline.protocol import plan_window
@@ -231,7 +232,10 @@ class CdcPlanOperator(CdcWindowOperator):
             source.initial_positions(window),
             self.iceberg_catalog.name,
             new_partitions=found.partitions,
-            plan_options=lambda kept: source.plan_options(kept, now, hook),
+            plan_options=lambda kept: {
+                **(dict(decided or {}) if kept is None else {}),
+                **source.plan_options(kept, now, hook),
+            },
         ))
         return {
             "window_id": window.window_id,
@@ -278,7 +282,7 @@ class CdcPlanOperator(CdcWindowOperator):
             time.sleep(min(pause, max(0.5, (deadline - now).total_seconds())))
             status = probe.check(datetime.now(timezone.utc))
         self.log.info("window %s can be planned: %s", window.window_id, status.reason)
-        return self.plan(context)
+        return self.plan(context, status.options)
 
     def execute_ready(self, context, event: dict | None = None) -> dict:
         """Resume after the wait: plan on ``ready``, fail naming the reason otherwise."""
@@ -291,7 +295,7 @@ class CdcPlanOperator(CdcWindowOperator):
                 event.get("message") or f"window {window.window_id}: unknown wait event {event!r}"
             )
         self.log.info("window %s can be planned: %s", window.window_id, event.get("reason"))
-        return self.plan(context)
+        return self.plan(context, event.get("options"))
 
     def _wait_timed_out(self, window: Window, reason: str | None) -> None:
         from airflow.providers.common.compat.sdk import AirflowSensorTimeout
@@ -536,11 +540,18 @@ class CdcApplyOperator(CdcSparkOperator):
             "window_end": format_ts(window.end),
             "changelog_table": config.changelog_table,
             "targets": targets,
+            # A source with its own apply (Bigtable's cells) is named for the apply job.
+            **({"source": config.source_spec} if self._source_applies() else {}),
             "policies": {
                 "on_dead_letter": self.on_dead_letter,
                 "tombstone_horizon_seconds": self.tombstone_horizon_seconds,
             },
         }
+
+    def _source_applies(self) -> bool:
+        from airflow_cdc.sources.registry import class_of_spec
+
+        return class_of_spec(self.stream_config.source_spec).apply_window is not None
 
     def execute(self, context) -> dict:
         from airflow_cdc.pipeline.files import write_private

@@ -55,6 +55,7 @@ def outcome_to_json(outcome: PartitionOutcome) -> dict:
                 "partition_id": c.partition_id,
                 "start": format_ts(c.start),
                 "parent_ids": list(c.parent_ids),
+                **({"handover": c.handover} if c.handover is not None else {}),
             }
             for c in outcome.children
         ],
@@ -73,6 +74,7 @@ def outcome_from_json(data: dict) -> PartitionOutcome:
                 partition_id=c["partition_id"],
                 start=parse_ts(c["start"]),
                 parent_ids=tuple(c["parent_ids"]),
+                handover=c.get("handover"),
             )
             for c in data.get("children") or ()
         ),
@@ -85,6 +87,7 @@ def pending_to_json(child: PendingChild) -> dict:
         "start": format_ts(child.start),
         "parent_ids": list(child.parent_ids),
         "reported_by": sorted(child.reported_by),
+        "handovers": dict(sorted(child.handovers.items())),
     }
 
 
@@ -94,6 +97,7 @@ def pending_from_json(data: dict) -> PendingChild:
         start=parse_ts(data["start"]),
         parent_ids=tuple(data["parent_ids"]),
         reported_by=set(data.get("reported_by") or ()),
+        handovers=dict(data.get("handovers") or {}),
     )
 
 

@@ -13,7 +13,7 @@ Rules (seed 000, "query workflow"; ARCHITECTURE.md, "extract"):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from airflow_cdc.model import (
     CdcError,
@@ -21,6 +21,7 @@ from airflow_cdc.model import (
     PartitionOutcome,
     PartitionPosition,
     all_parents_reported,
+    child_resume_position,
 )
 from airflow_cdc.sources.base import TransactionTally
 
@@ -39,6 +40,7 @@ class PendingChild:
     start: object
     parent_ids: tuple[str, ...]
     reported_by: set[str] = field(default_factory=set)
+    handovers: dict[str, str | None] = field(default_factory=dict)  # by reporting parent
 
     @property
     def ready(self) -> bool:
@@ -49,8 +51,15 @@ class WindowLineage:
     """Tracks reports within one window and hands out the partitions to read next."""
 
     def __init__(
-        self, planned: Iterable[PartitionPosition], pending: Iterable[PendingChild] = ()
+        self,
+        planned: Iterable[PartitionPosition],
+        pending: Iterable[PendingChild] = (),
+        resolve_child: Callable | None = None,
     ) -> None:
+        """``resolve_child(child, reporter, live, pending)`` is the source's
+        :meth:`~airflow_cdc.sources.base.ChangeSource.resolve_child`: a child as its parent
+        reported it -> the child with all its parents (None: as reported)."""
+        self._resolve_child = resolve_child
         self._queue: list[PartitionPosition] = list(planned)
         self._scheduled: set[str] = {p.partition_id for p in self._queue}
         if len(self._scheduled) != len(self._queue):
@@ -76,6 +85,15 @@ class WindowLineage:
             raise LineageError(
                 f"partition {outcome.partition_id!r} reported children but did not finish"
             )
+        if self._resolve_child is not None and outcome.children:
+            live = sorted(
+                pid for pid in self._scheduled
+                if pid not in self.outcomes or not self.outcomes[pid].finished
+            )
+            outcome = replace(outcome, children=tuple(
+                self._resolve_child(child, outcome.partition_id, live, dict(self._pending))
+                for child in outcome.children
+            ))
         self.outcomes[outcome.partition_id] = outcome
         for child in outcome.children:
             self._add_report(child, outcome.partition_id)
@@ -96,6 +114,7 @@ class WindowLineage:
                 f"are {list(pending.parent_ids)}"
             )
         pending.reported_by.add(parent_id)
+        pending.handovers[parent_id] = child.handover
         if pending.ready and child.partition_id not in self._scheduled:
             self._scheduled.add(child.partition_id)
             del self._pending[child.partition_id]
@@ -103,6 +122,7 @@ class WindowLineage:
                 PartitionPosition(
                     partition_id=child.partition_id,
                     start=child.start,
+                    resume_position=child_resume_position(pending.handovers),
                     parent_ids=pending.parent_ids,
                 )
             )

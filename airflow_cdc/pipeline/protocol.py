@@ -22,6 +22,7 @@ from airflow_cdc.model import (
     Window,
     WindowState,
     format_ts,
+    parent_handovers,
     validate_identifier,
 )
 from airflow_cdc.pipeline.files import (
@@ -158,6 +159,7 @@ def plan_window(
             start=p.start,
             parent_ids=tuple(p.parent_ids),
             reported_by=set(p.reported_by),
+            handovers=dict(parent_handovers(p.resume_position) or {}),
         )
         for p in store.list_partitions(config.stream_id, states=[PartitionState.CREATED])
     )

@@ -87,6 +87,7 @@ class PartitionRead:
     outcome: PartitionOutcome
     transactions: tuple[TransactionTally, ...] = field(default=())
     dead_letters: tuple[DeadLetter, ...] = field(default=())
+    counts: Mapping[str, int] = field(default_factory=dict)  # summed over the window's reads
 
 
 @dataclass
@@ -222,6 +223,19 @@ class ChangeSource:
     #: window Spark reads natively (files); None: the extract job reads partition by partition.
     read_window = None
 
+    def resolve_child(self, child, reporter: str, live: Sequence[str], pending: Mapping) -> Any:
+        """A child as ``reporter`` reported it -> the child with all its parents.
+
+        For a source whose close record names only the reporting parent (Bigtable: a merge
+        child's other parents are the live partitions over its row range). ``live`` are the
+        window's partitions not finished before this report; ``pending`` the children
+        waiting for parents, by id. The default returns the child as reported."""
+        return child
+
+    def check_partitions(self, outcomes: Sequence[PartitionOutcome], pending: Sequence) -> None:
+        """Raise when the partitions live after the window are not what the source needs
+        (Bigtable: they must tile the key space); called once the window's rounds are read."""
+
     def drop_repeats(self, spark, plan, frame):
         """The window's changelog frame without rows the changelog already holds (for sources
         that deliver at least once); the default keeps every row."""
@@ -246,6 +260,13 @@ class ChangeSource:
         """(label, explanation) when a window's completeness was declared rather than proven
         by evidence (an idle timeout), from its counts; None when evidence proved it."""
         return None
+
+    # --- step 4: apply -----------------------------------------------------------------------
+    #: Override with ``def apply_window(self, spark, config) -> ApplyResult`` for a source
+    #: whose changes are not row images (Bigtable's cells: range deletes, cell versions);
+    #: ``config`` is the apply job's JSON config. None: the relational apply engine
+    #: (``spark_jobs/apply``) folds the window per key.
+    apply_window = None
 
     # --- apply and lineage --------------------------------------------------------------------
     def canonical_type(self, source_type: Any) -> str:

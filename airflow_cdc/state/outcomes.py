@@ -18,6 +18,8 @@ from airflow_cdc.model import (
     PartitionState,
     Window,
     all_parents_reported,
+    child_resume_position,
+    parent_handovers,
     format_ts,
 )
 from airflow_cdc.state.errors import OutcomeError, WatermarkRegressionError
@@ -32,6 +34,7 @@ class ChildChange:
     reported_by: tuple[str, ...]
     existing_state: PartitionState | None
     new_state: PartitionState
+    resume_position: str | None = None  # the parents' hand-overs so far
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,12 @@ class _ChildReport:
 
     child: ChildPartition
     reporters: set[str] = field(default_factory=set)
+    handovers: dict[str, str | None] = field(default_factory=dict)
+
+    def resume_position(self, row: PartitionRecord | None) -> str | None:
+        """The child's resume position: the hand-overs stored before and this window's."""
+        stored = parent_handovers(row.resume_position) if row is not None else None
+        return child_resume_position({**(stored or {}), **self.handovers})
 
     def reported_by(self, row: PartitionRecord | None) -> set[str]:
         """The parents that reported the child, in this window or before."""
@@ -157,9 +166,9 @@ def _child_reports(
                     f"{sorted(parents)}, but it was recorded with parents "
                     f"{sorted(row.parent_ids)}: all reports of one child must agree on its parents"
                 )
-            reports.setdefault(child.partition_id, _ChildReport(child)).reporters.add(
-                outcome.partition_id
-            )
+            report = reports.setdefault(child.partition_id, _ChildReport(child))
+            report.reporters.add(outcome.partition_id)
+            report.handovers[outcome.partition_id] = child.handover
     return reports
 
 
@@ -170,11 +179,13 @@ def _child_change(report: _ChildReport, row: PartitionRecord | None) -> ChildCha
         new_state = PartitionState.READY if report.complete(row) else PartitionState.CREATED
     else:
         new_state = row.state  # already READY, read or finished: a repeated report
+    created = row is None or row.state in (PartitionState.CREATED, PartitionState.READY)
     return ChildChange(
         child=report.child,
         reported_by=tuple(sorted(reported_by)),
         existing_state=None if row is None else row.state,
         new_state=new_state,
+        resume_position=report.resume_position(row) if created else row.resume_position,
     )
 
 

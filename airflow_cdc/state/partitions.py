@@ -98,7 +98,9 @@ def record_children(
     for change in changes:
         child = change.child
         if change.existing_state is None:
-            born = PartitionPosition(child.partition_id, child.start, None, child.parent_ids)
+            born = PartitionPosition(
+                child.partition_id, child.start, change.resume_position, child.parent_ids
+            )
             _insert(conn, now, window, born, list(change.reported_by), change.new_state)
             continue
         reported = conn.execute(
@@ -107,6 +109,7 @@ def record_children(
             .where(partitions.c.state == change.existing_state.value)
             .values(
                 reported_by=dumps(list(change.reported_by)),
+                resume_position=change.resume_position,
                 state=change.new_state.value,
                 updated_at=now,
             )

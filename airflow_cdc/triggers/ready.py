@@ -139,7 +139,8 @@ class CdcWindowReadyTrigger(BaseTrigger):
                 return
             if status.ready:
                 self.log.info("window %s can be planned: %s", self.window_id, status.reason)
-                yield TriggerEvent({"status": "ready", "reason": status.reason, "polls": polls})
+                yield TriggerEvent({"status": "ready", "reason": status.reason, "polls": polls,
+                                   "options": dict(status.options)})
                 return
             if status.reason != last_reason:
                 self.log.info("window %s waits: %s", self.window_id, status.reason)

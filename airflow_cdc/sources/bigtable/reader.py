@@ -1,0 +1,230 @@
+"""Reads one Bigtable change stream partition over one window ``[s, e)``.
+
+Procedure for one partition (the seed's partitions and watermarks):
+
+1. Read from the partition's continuation tokens (or, for a partition the stream starts
+   with, from ``s``); a merge child from all its parents' tokens together.
+2. Data changes with a commit timestamp before ``e`` are the window's, one change row per
+   mutation; those at or after ``e`` are left for the next window, and the resume token
+   stays before the first of them. A record before ``e`` that arrives after such a record
+   (another cluster's write, replicated late) is taken too and named in the resume position's
+   ``skip`` set, so the next window, reading from the earlier token, does not take it again.
+3. Every record and heartbeat carries the partition's estimated low watermark: every record
+   still to come has a commit timestamp at or after it. The read ends once it reaches ``e``
+   (the evidence that the partition covered ``[s, e)``, I4), or at the read deadline, when
+   the partition continues from its watermark and the gate waits (see :mod:`.readiness`).
+4. A close with OUT_OF_RANGE ends the partition (I5): its children start from the tokens
+   the close hands over. A partition that left records for the next window does not end in
+   this one: the next window reads it again from its token, takes them and meets the close.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import timedelta
+
+from airflow_cdc.model import CdcError, ChildPartition, PartitionOutcome, PartitionPosition, Window
+from airflow_cdc.model import parent_handovers
+from airflow_cdc.sources.base import PartitionRead
+from airflow_cdc.sources.bigtable.connection import BigtableConnection
+from airflow_cdc.sources.bigtable.mapping import change_rows
+from airflow_cdc.sources.bigtable.partitions import (
+    PartitionName,
+    RowRange,
+    TokenPiece,
+    read_resume,
+    resume_text,
+)
+from airflow_cdc.sources.bigtable.records import (
+    GARBAGE_COLLECTION,
+    OUT_OF_RANGE,
+    CloseStream,
+    DataChange,
+    Heartbeat,
+    stream_records,
+)
+
+log = logging.getLogger(__name__)
+INITIAL_PARTITION = "initial"
+
+
+class ChangeStreamReadError(CdcError):
+    """The service refused a read or closed a stream with an error."""
+
+
+def initial_read(connection: BigtableConnection, window: Window) -> PartitionRead:
+    """The stream's first window: the table's partitions now, each read from ``s``."""
+    client = connection.data_client()
+    request = {"table_name": connection.table_name, "app_profile_id": connection.app_profile}
+    children = []
+    for response in client.generate_initial_change_stream_partitions(request=request):
+        rows = response.partition.row_range
+        name = PartitionName(0, RowRange(bytes(rows.start_key_closed), bytes(rows.end_key_open)))
+        children.append(ChildPartition(name.partition_id, window.start, (INITIAL_PARTITION,)))
+    outcome = PartitionOutcome(INITIAL_PARTITION, True, window.start, children=tuple(children))
+    return PartitionRead(rows=(), outcome=outcome)
+
+
+def _request(connection: BigtableConnection, rows: RowRange, position: PartitionPosition,
+             heartbeat: timedelta) -> tuple[dict, list[TokenPiece], frozenset[str]]:
+    request = {
+        "table_name": connection.table_name,
+        "app_profile_id": connection.app_profile,
+        "partition": {"row_range": {"start_key_closed": rows.start, "end_key_open": rows.end}},
+        "heartbeat_duration": heartbeat,
+    }
+    handovers = parent_handovers(position.resume_position)
+    tokens: list[TokenPiece] = []
+    skip: frozenset[str] = frozenset()
+    if handovers is not None:
+        tokens = [piece for text in handovers.values() for piece in read_resume(text)[0]]
+    elif position.resume_position:
+        tokens, skip = read_resume(position.resume_position)
+    if not tokens:  # a partition the stream starts with, not read past its start yet
+        request["start_time"] = position.start
+        return request, tokens, skip
+    request["continuation_tokens"] = {"tokens": [
+        {"partition": {"row_range": {"start_key_closed": t.rows.start,
+                                     "end_key_open": t.rows.end}}, "token": t.token}
+        for t in sorted(tokens, key=lambda t: t.rows.start)
+    ]}
+    return request, tokens, skip
+
+
+def read_partition(
+    connection: BigtableConnection,
+    window: Window,
+    position: PartitionPosition,
+    *,
+    stream: str,
+    heartbeat: timedelta,
+    deadline: timedelta,
+    progress_every: float = 30.0,
+) -> PartitionRead:
+    """Steps 1-4 of the module doc for one partition."""
+    from google.api_core import exceptions
+
+    if position.partition_id == INITIAL_PARTITION:
+        return initial_read(connection, window)
+    name = PartitionName.parse(position.partition_id)
+    request, resume, skipped = _request(connection, name.rows, position, heartbeat)
+    skip = set(skipped)  # taken by the previous window after the token this read starts from
+    rows, taken_after_hold = [], set()
+    watermark = position.start
+    held = False  # a record at or after e was met: the resume token stays before it
+    closed: CloseStream | None = None
+    counts = {"mutations": 0, "gc_mutations": 0, "chunked": 0, "held_records": 0}
+    records = 0
+    started = last_log = time.monotonic()
+    client = connection.data_client()
+    call = None
+    try:
+        call = client.read_change_stream(request=request, timeout=deadline.total_seconds())
+        for record in stream_records(call):
+            if isinstance(record, DataChange):
+                if record.event_id in skip:
+                    if not held:  # the resume token passes it: no later read meets it again
+                        skip.discard(record.event_id)
+                elif record.commit_timestamp < window.end:
+                    records += 1
+                    mapped = change_rows(record, connection.table, stream, window.window_id,
+                                         position.partition_id)
+                    rows.extend(mapped)
+                    counts["mutations"] += len(mapped)
+                    counts["chunked"] += record.chunked
+                    if record.type == GARBAGE_COLLECTION:
+                        counts["gc_mutations"] += len(mapped)
+                    if held:
+                        taken_after_hold.add(record.event_id)
+                elif not held:
+                    held = True
+                    counts["held_records"] += 1
+                else:
+                    counts["held_records"] += 1
+                if not held:
+                    resume = [TokenPiece(name.rows, record.token)]
+                mark = record.low_watermark
+            elif isinstance(record, Heartbeat):
+                if not held:
+                    resume = [record.token]
+                mark = record.low_watermark
+            else:
+                closed = record
+                break
+            if mark is not None and mark > watermark:
+                watermark = mark
+            if watermark >= window.end:
+                break
+            if time.monotonic() - last_log >= progress_every:
+                last_log = time.monotonic()
+                log.info("partition %s: %d records, low watermark %s, %s behind the window end",
+                         position.partition_id, records, watermark.isoformat(),
+                         window.end - watermark)
+    except exceptions.DeadlineExceeded:
+        log.info("partition %s: read deadline of %s reached after %.0f s, low watermark %s",
+                 position.partition_id, deadline, time.monotonic() - started, watermark)
+    except exceptions.GoogleAPICallError as error:
+        raise ChangeStreamReadError(
+            f"Bigtable refused reading partition {position.partition_id} of "
+            f"{connection.table_name} from {format_position(position)}: {error.message}. "
+            + _fix_for(error)
+        ) from error
+    finally:
+        call_cancel = getattr(call, "cancel", None)
+        if call_cancel is not None and closed is None:
+            try:
+                call_cancel()
+            except Exception:  # noqa: BLE001 - cancelling a finished call is harmless
+                pass
+    if closed is not None and closed.code not in (0, OUT_OF_RANGE):
+        raise ChangeStreamReadError(
+            f"Bigtable closed partition {position.partition_id} with status {closed.code}: "
+            f"{closed.message}")
+    finished = closed is not None and closed.code == OUT_OF_RANGE and not held
+    children: tuple[ChildPartition, ...] = ()
+    if finished:
+        children = tuple(
+            ChildPartition(
+                PartitionName(name.generation + 1, rows_).partition_id,
+                min(watermark, window.end),
+                (position.partition_id,),
+                handover=resume_text([t for t in closed.tokens if _within(t.rows, rows_)]),
+            )
+            for rows_ in closed.new_partitions
+        )
+    # Held: the next read starts before the held record and must skip what this one took
+    # after it. An empty token list resumes from the start time, with the skip set.
+    kept_skip = skip | taken_after_hold
+    resume_position = resume_text(resume, kept_skip) if resume or kept_skip else None
+    outcome = PartitionOutcome(
+        partition_id=position.partition_id,
+        finished=finished,
+        watermark=watermark,
+        records=records,
+        resume_position=None if finished else resume_position,
+        children=children,
+    )
+    return PartitionRead(rows=tuple(rows), outcome=outcome, counts=counts)
+
+
+def _within(piece: RowRange, child: RowRange) -> bool:
+    return piece.start >= child.start and (not child.end or (piece.end and piece.end <= child.end))
+
+
+def format_position(position: PartitionPosition) -> str:
+    if position.resume_position:
+        return "its continuation token"
+    return f"start time {position.start.isoformat()}"
+
+
+def _fix_for(error) -> str:
+    from google.api_core import exceptions
+
+    if isinstance(error, exceptions.OutOfRange):
+        return ("The position is older than the change stream's retention period: the changes "
+                "since are gone. Reset the stream's state and start it again from a time within "
+                "the retention (and run windows more often than the retention period)")
+    if isinstance(error, exceptions.NotFound):
+        return "Check the table id and the app profile (it must use single-cluster routing)"
+    return "Check the table, the app profile and the credentials"

@@ -1,0 +1,219 @@
+"""``ReadChangeStream`` responses as whole records: data changes, heartbeats, stream closes.
+
+The Python client has no change-stream state machine (Java's ``ChangeStreamStateMachine``),
+so the rules it applies are here, as the API reference states them:
+
+1. A data change may span several responses: the first carries its type (USER or
+   GARBAGE_COLLECTION), row key, cluster, commit timestamp and tiebreaker, the following ones
+   type CONTINUATION; only the last has ``done``, the token and the low watermark.
+2. A value larger than one message arrives in consecutive chunks of one SetCell: the first
+   chunk's ``chunk_info`` gives the whole size, each chunk its offset, the last
+   ``last_chunk``; the value is their concatenation, checked against the size.
+3. A heartbeat carries a continuation token and the partition's low watermark.
+4. A close carries a status (OUT_OF_RANGE when the partition split or merged, with tokens
+   and the new partitions; OK when the request's end time was passed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+from airflow_cdc.model import CdcError, ensure_utc
+from airflow_cdc.sources.bigtable.partitions import RowRange, TokenPiece
+
+USER, GARBAGE_COLLECTION, CONTINUATION = "USER", "GARBAGE_COLLECTION", "CONTINUATION"
+SET_CELL, DELETE_FROM_COLUMN, DELETE_FROM_FAMILY = (
+    "SET_CELL", "DELETE_FROM_COLUMN", "DELETE_FROM_FAMILY")
+OUT_OF_RANGE = 11
+
+
+class MalformedStreamError(CdcError):
+    """The stream broke the API's rules (a chunk out of order, a continuation of nothing)."""
+
+
+@dataclass(frozen=True)
+class Mutation:
+    """One mutation of a data change; times in microseconds (0 = open bound of a range)."""
+
+    kind: str
+    family: str
+    qualifier: bytes | None = None
+    timestamp_micros: int | None = None  # SetCell
+    start_micros: int | None = None  # DeleteFromColumn
+    end_micros: int | None = None
+    value: bytes | None = None
+
+
+@dataclass(frozen=True)
+class DataChange:
+    row_key: bytes
+    type: str
+    cluster: str
+    commit_timestamp: datetime
+    tiebreaker: int
+    mutations: tuple[Mutation, ...]
+    token: str
+    low_watermark: datetime | None
+    chunked: int = 0  # values that arrived in more than one chunk
+
+    @property
+    def event_id(self) -> str:
+        """Stable across reads: row, commit time, tiebreaker and cluster name one record."""
+        micros = int(self.commit_timestamp.timestamp() * 1_000_000)
+        return f"{self.row_key.hex()}/{micros}/{self.tiebreaker}/{self.cluster or '-'}"
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    token: TokenPiece
+    low_watermark: datetime | None
+
+
+@dataclass(frozen=True)
+class CloseStream:
+    code: int
+    message: str
+    tokens: tuple[TokenPiece, ...]
+    new_partitions: tuple[RowRange, ...]
+
+
+def _time(value) -> datetime | None:
+    """A proto Timestamp as proto-plus hands it over (DatetimeWithNanoseconds), or None."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        if value.timestamp() == 0:
+            return None
+        value = ensure_utc("timestamp", value)
+        # A plain datetime: proto-plus hands over DatetimeWithNanoseconds, a subclass Spark's
+        # schema check refuses.
+        return datetime(value.year, value.month, value.day, value.hour, value.minute,
+                        value.second, value.microsecond, tzinfo=value.tzinfo)
+    seconds, nanos = getattr(value, "seconds", 0), getattr(value, "nanos", 0)
+    if not seconds and not nanos:
+        return None
+    from datetime import timedelta, timezone
+
+    return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(
+        seconds=seconds, microseconds=nanos // 1000)
+
+
+def _range(partition) -> RowRange:
+    rows = partition.row_range
+    return RowRange(bytes(rows.start_key_closed or b""), bytes(rows.end_key_open or b""))
+
+
+def _type_name(value) -> str:
+    return getattr(value, "name", str(value))
+
+
+class _Pending:
+    """A data change being assembled across responses and chunks."""
+
+    def __init__(self, change) -> None:
+        self.row_key = bytes(change.row_key)
+        self.type = _type_name(change.type_)
+        self.cluster = change.source_cluster_id
+        self.commit_timestamp = _time(change.commit_timestamp)
+        self.tiebreaker = int(change.tiebreaker)
+        self.mutations: list[Mutation] = []
+        self.value: bytearray | None = None
+        self.value_size = 0
+        self.value_cell: Mutation | None = None
+        self.chunked = 0
+
+    def add_chunks(self, chunks) -> None:
+        for chunk in chunks:
+            info = chunk.chunk_info if "chunk_info" in chunk else None
+            mutation = chunk.mutation
+            if info is None or (not info.chunked_value_size and not self.value):
+                if self.value is not None:
+                    raise MalformedStreamError(
+                        f"row {self.row_key!r}: a chunked value ended without last_chunk")
+                self.mutations.append(_mutation(mutation))
+                continue
+            if self.value is None:
+                if info.chunked_value_offset:
+                    raise MalformedStreamError(
+                        f"row {self.row_key!r}: a chunked value starts at offset "
+                        f"{info.chunked_value_offset}, not 0")
+                self.value, self.value_size = bytearray(), int(info.chunked_value_size)
+                self.value_cell = _mutation(mutation)
+            if info.chunked_value_offset != len(self.value):
+                raise MalformedStreamError(
+                    f"row {self.row_key!r}: chunk at offset {info.chunked_value_offset} after "
+                    f"{len(self.value)} bytes")
+            self.value += bytes(mutation.set_cell.value)
+            if info.last_chunk:
+                if len(self.value) != self.value_size:
+                    raise MalformedStreamError(
+                        f"row {self.row_key!r}: chunked value of {len(self.value)} bytes, "
+                        f"announced {self.value_size}")
+                cell = self.value_cell
+                self.mutations.append(Mutation(
+                    SET_CELL, cell.family, cell.qualifier, cell.timestamp_micros,
+                    value=bytes(self.value)))
+                self.value, self.value_cell = None, None
+                self.chunked += 1
+
+    def finish(self, change) -> DataChange:
+        if self.value is not None:
+            raise MalformedStreamError(f"row {self.row_key!r}: done inside a chunked value")
+        return DataChange(
+            row_key=self.row_key, type=self.type, cluster=self.cluster,
+            commit_timestamp=self.commit_timestamp, tiebreaker=self.tiebreaker,
+            mutations=tuple(self.mutations), token=change.token,
+            low_watermark=_time(change.estimated_low_watermark), chunked=self.chunked,
+        )
+
+
+def _mutation(mutation) -> Mutation:
+    if "set_cell" in mutation:
+        cell = mutation.set_cell
+        return Mutation(SET_CELL, cell.family_name, bytes(cell.column_qualifier),
+                        int(cell.timestamp_micros), value=bytes(cell.value))
+    if "delete_from_column" in mutation:
+        column = mutation.delete_from_column
+        span = column.time_range
+        return Mutation(DELETE_FROM_COLUMN, column.family_name, bytes(column.column_qualifier),
+                        start_micros=int(span.start_timestamp_micros),
+                        end_micros=int(span.end_timestamp_micros))
+    if "delete_from_family" in mutation:
+        return Mutation(DELETE_FROM_FAMILY, mutation.delete_from_family.family_name)
+    raise MalformedStreamError(
+        f"mutation {type(mutation).__name__} {mutation!r} is not one a change stream carries "
+        f"(SetCell, DeleteFromColumn, DeleteFromFamily)")
+
+
+def stream_records(responses: Iterable) -> Iterator[DataChange | Heartbeat | CloseStream]:
+    """The whole records of one ``read_change_stream`` call, in stream order."""
+    pending: _Pending | None = None
+    for response in responses:
+        if "data_change" in response:
+            change = response.data_change
+            if _type_name(change.type_) == CONTINUATION:
+                if pending is None:
+                    raise MalformedStreamError("a CONTINUATION data change continues nothing")
+            else:
+                if pending is not None:
+                    raise MalformedStreamError(
+                        f"row {pending.row_key!r}: a new data change began before done")
+                pending = _Pending(change)
+            pending.add_chunks(change.chunks)
+            if change.done:
+                yield pending.finish(change)
+                pending = None
+        elif "heartbeat" in response:
+            beat = response.heartbeat
+            token = beat.continuation_token
+            yield Heartbeat(TokenPiece(_range(token.partition), token.token),
+                            _time(beat.estimated_low_watermark))
+        elif "close_stream" in response:
+            close = response.close_stream
+            yield CloseStream(
+                int(close.status.code), close.status.message,
+                tuple(TokenPiece(_range(t.partition), t.token) for t in close.continuation_tokens),
+                tuple(_range(p) for p in close.new_partitions),
+            )
