@@ -63,8 +63,11 @@ def main(argv: Sequence[str] | None = None, spark=None) -> int:
     code = 0
     try:
         try:
-            result = _source_apply(data)
-            result = apply_window(spark, config) if result is None else result(spark, data)
+            own_apply = _source_apply(data)
+            if own_apply is None:
+                result = apply_window(spark, config)
+            else:
+                result = _apply_by_source(spark, config, data, own_apply)
         except DeadLettersError as error:
             print(f"apply_job: error: {error}", file=sys.stderr)
             result, code = error.result, 1
@@ -87,6 +90,21 @@ def _source_apply(data: dict):
     from airflow_cdc.sources.registry import build_source
 
     return build_source(data["source"]).apply_window
+
+
+def _apply_by_source(spark, config, data: dict, own_apply):
+    """A source's own apply, committing through the window's tagged commits."""
+    from spark_jobs.apply.result import ApplyResult, TableResult
+    from spark_jobs.apply.source_tables import WindowTables
+    from spark_jobs.apply.job import window_rows
+
+    window_rows(spark, config)  # the same checks: catalog configured, changelog readable
+    tables = own_apply(spark, config, data, WindowTables(spark, config))
+    return ApplyResult(
+        stream=config.stream, window_id=config.window_id, status="applied",
+        dead_letter_table=config.dead_letter_table.qualified,
+        tables=[TableResult(**table) for table in tables],
+    )
 
 
 def _write_text(spark, path: str, text: str) -> None:

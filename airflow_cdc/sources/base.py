@@ -262,10 +262,12 @@ class ChangeSource:
         return None
 
     # --- step 4: apply -----------------------------------------------------------------------
-    #: Override with ``def apply_window(self, spark, config) -> ApplyResult`` for a source
-    #: whose changes are not row images (Bigtable's cells: range deletes, cell versions);
-    #: ``config`` is the apply job's JSON config. None: the relational apply engine
-    #: (``spark_jobs/apply``) folds the window per key.
+    #: Override with ``def apply_window(self, spark, config, data, tables) -> list[dict]``
+    #: for a source whose changes are not row images (Bigtable's cells: range deletes, cell
+    #: versions): ``config`` is the apply job's parsed config, ``data`` its JSON, ``tables``
+    #: the window's tagged commits (``committed``, ``before``, ``merge``, ``snapshot_id``);
+    #: it returns one dict of ``TableResult`` fields per source table. None: the relational
+    #: apply engine (``spark_jobs/apply``) folds the window per key.
     apply_window = None
 
     # --- apply and lineage --------------------------------------------------------------------

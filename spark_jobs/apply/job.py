@@ -66,7 +66,7 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
     """Apply the window ``config`` names; see the module doc. Returns the counts and snapshot ids."""
     if not isinstance(config, ApplyConfig):
         config = ApplyConfig.from_dict(config)
-    rows = _window_rows(spark, config)
+    rows = window_rows(spark, config)
     result = ApplyResult(
         stream=config.stream,
         window_id=config.window_id,
@@ -103,7 +103,7 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
     return result
 
 
-def _window_rows(spark: SparkSession, config: ApplyConfig) -> DataFrame:
+def window_rows(spark: SparkSession, config: ApplyConfig) -> DataFrame:
     """The window's changelog rows (``stream``, ``window_id``), once the session can read them."""
     _require_catalog(spark, config.catalog)
     _import_function_classes(spark)

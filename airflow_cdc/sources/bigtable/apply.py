@@ -127,25 +127,16 @@ def _micros_ts(micros):
     return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(microseconds=micros)
 
 
-def apply_window(spark, data: Mapping):
-    """Steps 1-3 of the module doc; returns an :class:`~spark_jobs.apply.result.ApplyResult`."""
+def apply_window(spark, config, data: Mapping, tables) -> list[dict]:
+    """Steps 1-3 of the module doc. ``config`` is the apply job's parsed config, ``data`` its
+    JSON, ``tables`` its window commits (``spark_jobs.apply.source_tables.WindowTables``).
+    Returns one result per Bigtable table (``TableResult`` fields)."""
     from pyspark.sql import functions as F
 
-    from spark_jobs.apply.config import ApplyConfig, TableName
-    from spark_jobs.apply.result import ApplyResult, TableResult
-    from spark_jobs.commits import (
-        current_snapshot_id,
-        table_before,
-        window_commit,
-        window_properties,
-    )
-
-    config = ApplyConfig.from_dict(data)
     targets = dict(data.get("targets") or {})
     apply_gc = bool(targets.get("apply_gc", True))
     decoded = decode_columns(targets.get("decode"))
-    result = ApplyResult(stream=config.stream, window_id=config.window_id, status="applied",
-                         dead_letter_table=config.dead_letter_table.qualified)
+    results = []
     changelog = spark.read.table(config.changelog_table.qualified).where(
         (F.col("stream") == config.stream) & (F.col("window_id") == config.window_id))
     sources = [r[0] for r in changelog.select("source_table").distinct().collect()]
@@ -153,13 +144,13 @@ def apply_window(spark, data: Mapping):
         sources = [data.get("source", {}).get("table")] if data.get("source") else []
     cutoff = int(config.tombstone_cutoff.timestamp() * 1_000_000)
     for source_table in sources:
-        base = config.mapping.get(source_table) or TableName(
+        mapped = config.mapping.get(source_table)
+        base = mapped.qualified if mapped else ".".join((
             config.catalog, config.target_namespace,
             validate_identifier("Bigtable table id as an Iceberg name (give targets.mapping)",
-                                re.sub(r"[^A-Za-z0-9_]", "_", source_table)))
-        names = {kind: f"{base.catalog}.{base.namespace}.{base.name}_{kind}"
-                 for kind in ("cells", "latest", "cell_tombstones", "rows")}
-        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {base.catalog}.{base.namespace}")
+                                re.sub(r"[^A-Za-z0-9_]", "_", source_table))))
+        names = {kind: f"{base}_{kind}" for kind in ("cells", "latest", "cell_tombstones", "rows")}
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {base.rsplit('.', 1)[0]}")
         for kind, columns in (("cells", CELL_COLUMNS), ("latest", CELL_COLUMNS),
                               ("cell_tombstones", TOMBSTONE_COLUMNS)):
             spark.sql(f"CREATE TABLE IF NOT EXISTS {names[kind]} ({columns}) USING iceberg "
@@ -168,16 +159,15 @@ def apply_window(spark, data: Mapping):
             typed = ", ".join(f"`{n}` {_SPARK[d]}" for n, _, _, d in decoded)
             spark.sql(f"CREATE TABLE IF NOT EXISTS {names['rows']} (row_key binary, {typed}) "
                       f"USING iceberg TBLPROPERTIES ('format-version'='2')")
-        commits = {kind: window_commit(spark, names[kind], config.window_id) for kind in names
+        commits = {kind: tables.committed(names[kind]) for kind in names
                    if kind != "rows" or decoded}
-        table_result = TableResult(source_table=source_table, target_table=names["cells"])
-        result.tables.append(table_result)
+        table_result = {"source_table": source_table, "target_table": names["cells"]}
+        results.append(table_result)
         if all(commits.values()):
-            table_result.already_applied = True
-            table_result.target_snapshot_id = commits["cells"].snapshot_id
-            props = commits["cells"].apply_properties()
-            for key in ("changes", "upserts", "deletes", "superseded_changes"):
-                setattr(table_result, key, int(props.get(key, 0)))
+            recorded = commits["cells"]
+            table_result.update(already_applied=True, target_snapshot_id=recorded["snapshot_id"],
+                                **{k: int(recorded.get(k, 0)) for k in (
+                                    "changes", "upserts", "deletes", "superseded_changes")})
             continue
 
         # 1. mutations by row key, with the touched rows' cells and tombstones before the window
@@ -198,8 +188,8 @@ def apply_window(spark, data: Mapping):
             ).alias("m"),
         )
         touched = mutations.select("row_key").distinct()
-        cells_before = table_before(spark, names["cells"], commits["cells"])
-        tombs_before = table_before(spark, names["cell_tombstones"], commits["cell_tombstones"])
+        cells_before = tables.before(names["cells"])
+        tombs_before = tables.before(names["cell_tombstones"])
 
         def keyed(frame, columns):
             if frame is None:
@@ -224,8 +214,8 @@ def apply_window(spark, data: Mapping):
                 lambda o: (o[2], o[3], o[4])).fold((0, 0, 0), lambda a, b: tuple(
                     x + y for x, y in zip(a, b)))
             applied, superseded, ignored_gc = counts
-            table_result.changes = applied + superseded + ignored_gc
-            table_result.superseded_changes = superseded
+            table_result.update(changes=applied + superseded + ignored_gc,
+                                superseded_changes=superseded)
             # 3. one tagged MERGE per table
             cells = spark.createDataFrame(
                 outcomes.filter(lambda o: o[0] == "cell").map(lambda o: (
@@ -233,31 +223,28 @@ def apply_window(spark, data: Mapping):
                 f"{CELL_COLUMNS}, action string").cache()
             ups = cells.where("action = 'U'").count()
             downs = cells.where("action = 'D'").count()
-            table_result.upserts, table_result.deletes = ups, downs
-            properties = window_properties(config.window_id, {
-                "changes": table_result.changes, "upserts": ups, "deletes": downs,
-                "superseded_changes": superseded})
+            table_result.update(upserts=ups, deletes=downs)
+            counts = {k: table_result[k] for k in (
+                "changes", "upserts", "deletes", "superseded_changes")}
             if commits["cells"] is None:
-                _merge(spark, cells, names["cells"],
-                       ["family", "qualifier", "cell_ts"], properties)
-            table_result.target_snapshot_id = (
-                commits["cells"].snapshot_id if commits["cells"] else
-                current_snapshot_id(spark, names["cells"]))
+                tables.merge(cells, names["cells"],
+                             ["row_key", "family", "qualifier", "cell_ts"], counts)
+            table_result["target_snapshot_id"] = tables.snapshot_id(names["cells"])
             if commits["cell_tombstones"] is None:
                 tombs = spark.createDataFrame(
                     outcomes.filter(lambda o: o[0] == "tomb").map(lambda o: (
                         o[1], o[2], o[3], o[4], o[5], o[6], _micros_ts(o[7]), o[8])),
                     f"{TOMBSTONE_COLUMNS}, action string")
-                _merge(spark, tombs, names["cell_tombstones"],
-                       ["family", "qualifier", "ts_from", "ts_to"], properties)
-            table_result.tombstone_snapshot_id = current_snapshot_id(spark, names["cell_tombstones"])
+                tables.merge(tombs, names["cell_tombstones"],
+                             ["row_key", "family", "qualifier", "ts_from", "ts_to"], counts)
+            table_result["tombstone_snapshot_id"] = tables.snapshot_id(names["cell_tombstones"])
             if commits["latest"] is None:
                 latest = spark.createDataFrame(
                     outcomes.filter(lambda o: o[0] == "latest").map(lambda o: (
                         o[1], o[2], o[3], o[4], o[5], o[6], _micros_ts(o[7]), o[8])),
                     f"{CELL_COLUMNS}, action string")
-                _merge(spark, latest, names["latest"], ["family", "qualifier"], properties)
-            table_result.history_snapshot_id = current_snapshot_id(spark, names["latest"])
+                tables.merge(latest, names["latest"], ["row_key", "family", "qualifier"], counts)
+            table_result["history_snapshot_id"] = tables.snapshot_id(names["latest"])
             if decoded and commits.get("rows") is None:
                 typed = ", ".join(f"`{n}` {_SPARK[d]}" for n, _, _, d in decoded)
                 rows = spark.createDataFrame(
@@ -265,32 +252,9 @@ def apply_window(spark, data: Mapping):
                         lambda o: (o[1], o[2], o[3], *o[4:])),
                     f"row_key binary, action string, undecodable int, {typed}")
                 bad = rows.agg(F.coalesce(F.sum("undecodable"), F.lit(0))).first()[0]
-                _merge(spark, rows.drop("undecodable"), names["rows"], [],
-                       {**properties, "airflow-cdc.undecodable": str(bad)})
+                tables.merge(rows.drop("undecodable"), names["rows"], ["row_key"],
+                             {**counts, "undecodable": int(bad)})
             cells.unpersist()
         finally:
             outcomes.unpersist()
-    return result
-
-
-def _merge(spark, frame, table: str, key_columns: list[str], properties) -> None:
-    """One MERGE of ``frame`` (its ``action``: U upserts, D deletes) into ``table``, tagged."""
-    from spark_jobs.commits import sql_tagged
-
-    view = f"cdc_bt_{abs(hash((table, id(frame)))) % 10**9}"
-    frame.createOrReplaceTempView(view)
-    columns = [c for c in frame.columns if c != "action"]
-    on = " AND ".join(
-        f"t.`{c}` <=> s.`{c}`" if c == "qualifier" else f"t.`{c}` = s.`{c}`"
-        for c in ["row_key", *key_columns])
-    sets = ", ".join(f"t.`{c}` = s.`{c}`" for c in columns if c not in ("row_key", *key_columns))
-    names = ", ".join(f"`{c}`" for c in columns)
-    values = ", ".join(f"s.`{c}`" for c in columns)
-    statement = (
-        f"MERGE INTO {table} t USING {view} s ON {on} "
-        f"WHEN MATCHED AND s.action = 'D' THEN DELETE "
-        + (f"WHEN MATCHED THEN UPDATE SET {sets} " if sets else "")
-        + f"WHEN NOT MATCHED AND s.action = 'U' THEN INSERT ({names}) VALUES ({values})"
-    )
-    sql_tagged(spark, statement, properties)
-    spark.catalog.dropTempView(view)
+    return results

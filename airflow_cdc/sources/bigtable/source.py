@@ -229,8 +229,8 @@ class BigtableChangeStreamSource(ChangeSource):
         return [(f"bigtable://{project}/{self.connection.instance}", self.connection.table)]
 
     # --- step 4 -------------------------------------------------------------------------------
-    def apply_window(self, spark, config: Mapping[str, Any]):
+    def apply_window(self, spark, config, data: Mapping[str, Any], tables) -> list[dict]:
         """The window's mutations into the ``cells`` and ``latest`` tables (:mod:`.apply`)."""
         from airflow_cdc.sources.bigtable.apply import apply_window
 
-        return apply_window(spark, config)
+        return apply_window(spark, config, data, tables)

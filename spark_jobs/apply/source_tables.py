@@ -1,0 +1,69 @@
+"""What the apply job hands a source that applies its own changes (``ChangeSource.apply_window``).
+
+Such a source (Bigtable's cells) computes its window's outcome itself, but commits through
+this object, so its tables follow the same exactly-once rules as every target: each commit
+tagged with the window, a table that holds the window's commit skipped on a re-run, and the
+pre-window state read at the snapshot before that commit (I1).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+
+from pyspark.sql import DataFrame, SparkSession
+
+from spark_jobs.apply.config import ApplyConfig
+from spark_jobs.commits import (
+    current_snapshot_id,
+    sql_tagged,
+    table_before,
+    window_commit,
+    window_properties,
+)
+
+_VIEWS = itertools.count()
+
+
+class WindowTables:
+    """The window's tagged commits to tables the source names (fully qualified)."""
+
+    def __init__(self, spark: SparkSession, config: ApplyConfig) -> None:
+        self.spark = spark
+        self.config = config
+
+    def committed(self, table: str) -> dict | None:
+        """The counts the window's commit to ``table`` recorded, or None when it has none."""
+        commit = window_commit(self.spark, table, self.config.window_id)
+        return None if commit is None else {"snapshot_id": commit.snapshot_id,
+                                            **commit.apply_properties()}
+
+    def before(self, table: str) -> DataFrame | None:
+        """``table`` as it was before the window's commit (or now, when it has none)."""
+        return table_before(self.spark, table, window_commit(self.spark, table, self.config.window_id))
+
+    def snapshot_id(self, table: str) -> int | None:
+        return current_snapshot_id(self.spark, table)
+
+    def merge(self, frame: DataFrame, table: str, key_columns: Sequence[str],
+              counts: Mapping[str, object]) -> None:
+        """One MERGE of ``frame`` into ``table``, tagged with the window and ``counts``: rows
+        whose ``action`` is ``D`` delete the matching row, ``U`` rows update or insert it.
+        Key columns compare NULL-safe."""
+        view = f"cdc_window_merge_{next(_VIEWS)}"
+        frame.createOrReplaceTempView(view)
+        columns = [c for c in frame.columns if c != "action"]
+        on = " AND ".join(f"t.`{c}` <=> s.`{c}`" for c in key_columns)
+        sets = ", ".join(f"t.`{c}` = s.`{c}`" for c in columns if c not in key_columns)
+        names = ", ".join(f"`{c}`" for c in columns)
+        values = ", ".join(f"s.`{c}`" for c in columns)
+        statement = (
+            f"MERGE INTO {table} t USING {view} s ON {on} "
+            f"WHEN MATCHED AND s.action = 'D' THEN DELETE "
+            + (f"WHEN MATCHED THEN UPDATE SET {sets} " if sets else "")
+            + f"WHEN NOT MATCHED AND s.action = 'U' THEN INSERT ({names}) VALUES ({values})"
+        )
+        try:
+            sql_tagged(self.spark, statement, window_properties(self.config.window_id, counts))
+        finally:
+            self.spark.catalog.dropTempView(view)
