@@ -12,16 +12,19 @@ live-datastream`` runs them) run ``dags/bigtable_change_stream_to_iceberg.py`` o
 schedule (``CDC_WINDOW_MINUTES=1``) with deferrable plan and gate (``CDC_DEFERRABLE=true``).
 
 The DAG's first window starts at a minute boundary at least a minute after start-up: after
-the table exists and the writer started, and after the services are up. Each window's plan
+the table exists, the writer thread started and the services are up. The writer makes its
+first call at that instant: the change stream is read from there on (there is no snapshot of
+earlier data), so the table's true state is exactly what the stream carries. Each window's plan
 defers until every partition's low watermark passed its end (checked from the end plus the
 DAG's ``evidence_delay_seconds``, 2 s), then the window is read, applied and its gate opens.
 
 Gate delay of a window = the instant its gate marked it COMPLETE in the state store minus its
 end (as ``make live-datastream`` measures it). The bound, defined as ``live-datastream``
 defines its own: ``window + evidence delay + 60 s`` = 60 + 2 + 60 = 122 s after the window
-end. It is also the most a run may take: the DAG has ``catchup=False`` and
-``max_active_runs=1``, so a run that ends more than one window after its window's end makes
-the scheduler skip an interval, and the next window refuses to start with a gap.
+end. It is about the most a run may take here anyway: the DAG has ``catchup=False`` and
+``max_active_runs=1``, so a run that ends two windows (120 s) or more after its window's end
+makes the scheduler skip an interval, and the next window refuses to start with a gap (its
+DAG run fails, and so does this demo).
 
 After the last window completes the writer stops and the ``bigtable.events_cells`` and
 ``bigtable.events_latest`` tables (read with pyiceberg, :func:`airflow_cdc.demo.bigtable.compare`)
@@ -36,6 +39,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import pickle
 import random
 import shutil
 import sys
@@ -205,13 +209,20 @@ class LiveWriter:
         except Exception as error:  # noqa: BLE001 - every refusal is reported, none hidden
             self.errors.append(f"{name}: {type(error).__name__}: {error}"[:500])
 
-    def run(self) -> None:
+    def run(self, begin_at: datetime) -> None:
+        # The stream is read from the first window's start on; nothing is written before it,
+        # so the table's true state is what the change stream carries from then on.
+        wait = (begin_at - datetime.now(timezone.utc)).total_seconds()
+        if wait > 0 and self._stop.wait(wait):
+            return
         low, high = self.settings.pause_seconds
         while not self._stop.wait(self.rng.uniform(low, high)):
             self.step()
 
-    def start(self) -> LiveWriter:
-        self._thread = threading.Thread(target=self.run, name="live-bigtable-writer", daemon=True)
+    def start(self, begin_at: datetime) -> LiveWriter:
+        """Run in a thread, writing from ``begin_at`` on."""
+        self._thread = threading.Thread(target=self.run, args=(begin_at,),
+                                        name="live-bigtable-writer", daemon=True)
         self._thread.start()
         return self
 
@@ -259,7 +270,8 @@ def run_live(settings: LiveSettings, base: Path, log=print) -> LiveBigtableResul
     window = timedelta(minutes=settings.window_minutes)
     # The table is created now; the first window starts at a boundary at least a minute on
     # (services take ~30-60 s to come up on a loaded 2-core machine), so its run is on time
-    # and it starts after the table exists and the writer started.
+    # and it starts after the table exists and the writer thread started; the writer's first
+    # call is at its start.
     created = datetime.now(timezone.utc).replace(microsecond=0)
     history = BigtableHistory.empty(start=created)
     first = next_boundary(created, settings.window_seconds, timedelta(seconds=60))
@@ -288,7 +300,7 @@ def run_live(settings: LiveSettings, base: Path, log=print) -> LiveBigtableResul
             "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
         }
         services = AirflowServices(base, dags, env)
-        writer = LiveWriter(emulator.client(), emulator.table_name, settings).start()
+        writer = LiveWriter(emulator.client(), emulator.table_name, settings).start(first)
         try:
             services.start()
             store = StateStore(state_url)
@@ -334,6 +346,9 @@ def run_live(settings: LiveSettings, base: Path, log=print) -> LiveBigtableResul
                 result.comparison = compare(base, emulator, done_end)
             for line in printed.getvalue().splitlines():
                 log(line.replace("demo-bigtable:", "live-bigtable:", 1))
+            if result.comparison.get("mismatches"):
+                # What the table went through, for a look at the differences afterwards.
+                (base / "commits.pickle").write_bytes(pickle.dumps(emulator.commits))
     return result
 
 

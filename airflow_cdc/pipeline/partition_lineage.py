@@ -12,7 +12,7 @@ Rules (seed 000, "query workflow"; ARCHITECTURE.md, "extract"):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from airflow_cdc.model import (
@@ -77,26 +77,44 @@ class WindowLineage:
 
     def report(self, outcome: PartitionOutcome) -> None:
         """Record one partition's outcome; children whose parents all reported get queued."""
-        if outcome.partition_id not in self._scheduled:
-            raise LineageError(f"outcome for partition {outcome.partition_id!r}, never scheduled")
-        if outcome.partition_id in self.outcomes:
-            raise LineageError(f"partition {outcome.partition_id!r} reported twice in a window")
-        if outcome.children and not outcome.finished:
-            raise LineageError(
-                f"partition {outcome.partition_id!r} reported children but did not finish"
-            )
-        if self._resolve_child is not None and outcome.children:
-            live = sorted(
-                pid for pid in self._scheduled
-                if pid not in self.outcomes or not self.outcomes[pid].finished
-            )
-            outcome = replace(outcome, children=tuple(
-                self._resolve_child(child, outcome.partition_id, live, dict(self._pending))
-                for child in outcome.children
-            ))
-        self.outcomes[outcome.partition_id] = outcome
-        for child in outcome.children:
-            self._add_report(child, outcome.partition_id)
+        self.report_round([outcome])
+
+    def report_round(self, outcomes: Sequence[PartitionOutcome]) -> None:
+        """Record a round's outcomes, then their children (resolved by the source, knowing
+        every outcome of the round: which partitions ended, and into which children)."""
+        for outcome in outcomes:
+            if outcome.partition_id not in self._scheduled:
+                raise LineageError(f"outcome for partition {outcome.partition_id!r}, never scheduled")
+            if outcome.partition_id in self.outcomes:
+                raise LineageError(f"partition {outcome.partition_id!r} reported twice in a window")
+            if outcome.children and not outcome.finished:
+                raise LineageError(
+                    f"partition {outcome.partition_id!r} reported children but did not finish"
+                )
+            self.outcomes[outcome.partition_id] = outcome
+        for outcome in outcomes:
+            if self._resolve_child is not None and outcome.children:
+                known = self._known_partitions()
+                outcome = replace(outcome, children=tuple(
+                    self._resolve_child(child, outcome.partition_id, known, dict(self._pending))
+                    for child in outcome.children
+                ))
+                self.outcomes[outcome.partition_id] = outcome
+            for child in outcome.children:
+                self._add_report(child, outcome.partition_id)
+
+    def _known_partitions(self) -> dict[str, tuple[str, ...] | None]:
+        """Every partition this window knows, by id: None while it is live, else the ids of
+        the children it ended into (as reported)."""
+        known: dict[str, tuple[str, ...] | None] = dict.fromkeys(self._scheduled)
+        known.update(dict.fromkeys(self._pending))
+        for outcome in self.outcomes.values():
+            for child in outcome.children:
+                known.setdefault(child.partition_id, None)
+        for pid, outcome in self.outcomes.items():
+            if outcome.finished:
+                known[pid] = tuple(c.partition_id for c in outcome.children)
+        return known
 
     def _add_report(self, child: ChildPartition, parent_id: str) -> None:
         pending = self._pending.get(child.partition_id)
@@ -140,8 +158,9 @@ def run_rounds(
     """Read round after round until no partition is left; return outcomes and tallies."""
     tallies: list[TransactionTally] = []
     while batch := lineage.next_round():
-        for outcome, batch_tallies in read_round(batch):
-            lineage.report(outcome)
+        results = read_round(batch)
+        lineage.report_round([outcome for outcome, _ in results])
+        for _, batch_tallies in results:
             tallies.extend(batch_tallies)
     return list(lineage.outcomes.values()), tallies
 

@@ -223,13 +223,14 @@ class ChangeSource:
     #: window Spark reads natively (files); None: the extract job reads partition by partition.
     read_window = None
 
-    def resolve_child(self, child, reporter: str, live: Sequence[str], pending: Mapping) -> Any:
+    def resolve_child(self, child, reporter: str, known: Mapping, pending: Mapping) -> Any:
         """A child as ``reporter`` reported it -> the child with all its parents.
 
-        For a source whose close record names only the reporting parent (Bigtable: a merge
-        child's other parents are the live partitions over its row range). ``live`` are the
-        window's partitions not finished before this report; ``pending`` the children
-        waiting for parents, by id. The default returns the child as reported."""
+        For a source whose close record names only the closing partition (Bigtable: a merge
+        child's other parents are the partitions over its row range). ``known`` maps every
+        partition the window knows to None while it is live, or to the ids of the children
+        it ended into; ``pending`` are the children waiting for parents, by id. Called once
+        all outcomes of a round are known. The default returns the child as reported."""
         return child
 
     def check_partitions(self, outcomes: Sequence[PartitionOutcome], pending: Sequence) -> None:

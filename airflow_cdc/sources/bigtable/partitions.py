@@ -38,6 +38,12 @@ class RowRange:
     def overlaps(self, other: RowRange) -> bool:
         return (not self.end or other.start < self.end) and (not other.end or self.start < other.end)
 
+    def contains(self, other: RowRange) -> bool:
+        """Whether every key of ``other`` is in this range."""
+        if other.start < self.start:
+            return False
+        return not self.end or (bool(other.end) and other.end <= self.end)
+
     def text(self) -> str:
         return f"[{quote_from_bytes(self.start, _SAFE)},{quote_from_bytes(self.end, _SAFE)})"
 

@@ -181,20 +181,34 @@ class BigtableChangeStreamSource(ChangeSource):
                            counts={**read.counts, "unconfirmed": 1})
         return read
 
-    def resolve_child(self, child: ChildPartition, reporter: str, live: Sequence[str],
+    def resolve_child(self, child: ChildPartition, reporter: str, known: Mapping,
                       pending: Mapping) -> ChildPartition:
-        """A merge child's parents are the live partitions over its row range; its
-        generation one more than theirs (a close names only the partition that closed)."""
+        """A close names only the partition that closed. A merge child's parents are the
+        partitions over its row range that were live when it was born: those still live, and
+        those that ended into it, not those that ended into other children before (a split
+        before the merge). Its generation is one more than its parents'."""
+        if reporter == INITIAL_PARTITION:
+            return child
         rows = PartitionName.parse(child.partition_id).rows
+        own = PartitionName.parse(reporter)
+        if own.rows.contains(rows):
+            # Within the reporter's range: a split, whose one parent is the reporter.
+            return ChildPartition(PartitionName(own.generation + 1, rows).partition_id,
+                                  child.start, (reporter,), child.handover)
         for waiting in pending.values():
             if PartitionName.parse(waiting.partition_id).rows == rows:
                 return ChildPartition(waiting.partition_id, waiting.start,
                                       tuple(waiting.parent_ids), child.handover)
+
+        def into_child(children) -> bool:
+            return children is None or any(
+                PartitionName.parse(c).rows == rows for c in children)
+
         parents = sorted({reporter} | {
-            pid for pid in live
-            if pid != INITIAL_PARTITION and PartitionName.parse(pid).rows.overlaps(rows)})
-        if reporter == INITIAL_PARTITION:
-            return child
+            pid for pid, children in known.items()
+            if pid != INITIAL_PARTITION and PartitionName.parse(pid).rows.overlaps(rows)
+            and into_child(children) and PartitionName.parse(pid).rows != rows
+        })
         generation = 1 + max(PartitionName.parse(pid).generation for pid in parents)
         return ChildPartition(PartitionName(generation, rows).partition_id, child.start,
                               tuple(parents), child.handover)
