@@ -26,7 +26,7 @@ from datetime import timedelta
 
 from airflow_cdc.model import CdcError, ChildPartition, PartitionOutcome, PartitionPosition, Window
 from airflow_cdc.model import parent_handovers
-from airflow_cdc.sources.base import PartitionRead
+from airflow_cdc.sources.base import DeadLetter, PartitionRead
 from airflow_cdc.sources.bigtable.connection import BigtableConnection
 from airflow_cdc.sources.bigtable.mapping import change_rows
 from airflow_cdc.sources.bigtable.partitions import (
@@ -110,7 +110,7 @@ def read_partition(
     name = PartitionName.parse(position.partition_id)
     request, resume, skipped = _request(connection, name.rows, position, heartbeat)
     skip = set(skipped)  # taken by the previous window after the token this read starts from
-    rows, taken_after_hold = [], set()
+    rows, dead, taken_after_hold = [], [], set()
     watermark = position.start
     held = False  # a record at or after e was met: the resume token stays before it
     closed: CloseStream | None = None
@@ -126,6 +126,16 @@ def read_partition(
                 if record.event_id in skip:
                     if not held:  # the resume token passes it: no later read meets it again
                         skip.discard(record.event_id)
+                elif record.commit_timestamp < window.end and record.unsupported:
+                    records += 1
+                    dead.append(DeadLetter(
+                        position.partition_id, record.describe(),
+                        f"mutation {record.unsupported[0]} of row {record.row_key!r} is not one "
+                        f"this source applies (SetCell, DeleteFromColumn, DeleteFromFamily): "
+                        f"the record is kept here whole",
+                        source_table=connection.table, event_id=record.event_id))
+                    if held:
+                        taken_after_hold.add(record.event_id)
                 elif record.commit_timestamp < window.end:
                     records += 1
                     mapped = change_rows(record, connection.table, stream, window.window_id,
@@ -205,7 +215,8 @@ def read_partition(
         resume_position=None if finished else resume_position,
         children=children,
     )
-    return PartitionRead(rows=tuple(rows), outcome=outcome, counts=counts)
+    return PartitionRead(rows=tuple(rows), outcome=outcome, counts=counts,
+                         dead_letters=tuple(dead))
 
 
 def _within(piece: RowRange, child: RowRange) -> bool:

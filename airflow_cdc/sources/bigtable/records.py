@@ -27,6 +27,7 @@ USER, GARBAGE_COLLECTION, CONTINUATION = "USER", "GARBAGE_COLLECTION", "CONTINUA
 SET_CELL, DELETE_FROM_COLUMN, DELETE_FROM_FAMILY = (
     "SET_CELL", "DELETE_FROM_COLUMN", "DELETE_FROM_FAMILY")
 OUT_OF_RANGE = 11
+UNSUPPORTED = "UNSUPPORTED:"
 
 
 class MalformedStreamError(CdcError):
@@ -57,6 +58,15 @@ class DataChange:
     token: str
     low_watermark: datetime | None
     chunked: int = 0  # values that arrived in more than one chunk
+
+    @property
+    def unsupported(self) -> list[str]:
+        """The kinds of mutations this reader cannot apply (the record is dead-lettered)."""
+        return [m.kind[len(UNSUPPORTED):] for m in self.mutations if m.kind.startswith(UNSUPPORTED)]
+
+    def describe(self) -> str:
+        """The whole record as text, for the dead-letter table."""
+        return repr(self)
 
     @property
     def event_id(self) -> str:
@@ -182,9 +192,10 @@ def _mutation(mutation) -> Mutation:
                         end_micros=int(span.end_timestamp_micros))
     if "delete_from_family" in mutation:
         return Mutation(DELETE_FROM_FAMILY, mutation.delete_from_family.family_name)
-    raise MalformedStreamError(
-        f"mutation {type(mutation).__name__} {mutation!r} is not one a change stream carries "
-        f"(SetCell, DeleteFromColumn, DeleteFromFamily)")
+    # A mutation this reader does not know (AddToCell, MergeToCell of aggregate families):
+    # the record is kept whole and goes to the dead-letter table, never dropped.
+    kind = next((name for name in type(mutation).meta.fields if name in mutation), "unknown")
+    return Mutation(f"{UNSUPPORTED}{kind}", "")
 
 
 def stream_records(responses: Iterable) -> Iterator[DataChange | Heartbeat | CloseStream]:
