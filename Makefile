@@ -8,7 +8,7 @@ SYSTEM_JARS := /usr/share/java/jarjar.jar /usr/share/java/postgresql.jar /usr/sh
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
-.PHONY: setup test check-install demo demo-datastream demo-bigtable live-datastream bench services system-packages constraints clean
+.PHONY: setup test check-install demo demo-datastream demo-bigtable live-datastream live-bigtable bench services system-packages constraints clean
 
 ## setup: venv with the pinned constraints, the package (editable), Debian jars, Iceberg jars.
 setup: $(STAMP)
@@ -60,6 +60,11 @@ demo-bigtable: setup
 ## schedule while a writer lands files in wall-clock time (about 6 minutes).
 live-datastream: setup
 	$(PY) -m airflow_cdc.demo.live_datastream
+
+## live-bigtable: the Bigtable DAG under Airflow's scheduler and triggerer on a 1-minute
+## schedule while a writer changes the emulator's table through the client (about 6 minutes).
+live-bigtable: setup
+	$(PY) -m airflow_cdc.demo.live_bigtable
 
 ## bench: benchmarks (ratios against a baseline measured in the same run).
 bench: setup

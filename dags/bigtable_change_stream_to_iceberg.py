@@ -29,13 +29,17 @@ APP_PROFILE = os.environ.get("CDC_BIGTABLE_APP_PROFILE", "default")
 START = datetime.fromisoformat(os.environ.get("CDC_START", "2025-01-06T08:00:00+00:00"))
 WINDOW_MINUTES = int(os.environ.get("CDC_WINDOW_MINUTES", "30"))
 DEFERRABLE = {"true": True, "false": False}.get(os.environ.get("CDC_DEFERRABLE", "").lower())
+# Catch-up and overlap: a run that ends after the next interval closed would otherwise make
+# the scheduler skip that interval (the next window then refuses to start after a gap).
+CATCHUP = os.environ.get("CDC_CATCHUP", "").lower() == "true"
+MAX_ACTIVE_RUNS = int(os.environ.get("CDC_MAX_ACTIVE_RUNS", "1"))
 
 with DAG(
     dag_id="bigtable_change_stream_to_iceberg",
     schedule=CronDataIntervalTimetable(f"*/{WINDOW_MINUTES} * * * *", timezone="UTC"),
     start_date=START.astimezone(timezone.utc),
-    catchup=False,
-    max_active_runs=1,
+    catchup=CATCHUP,
+    max_active_runs=MAX_ACTIVE_RUNS,
     tags=["cdc", "bigtable", "iceberg"],
     doc_md=__doc__,
 ):

@@ -106,7 +106,7 @@ def run_windows(emulator, history):
     return count, stalled, last_end
 
 
-def compare(base: Path, emulator, last_end) -> dict:
+def compare(base: Path, emulator, last_end, log=print, prefix: str = "demo-bigtable") -> dict:
     """The ``cells`` and ``latest`` tables against the true state at the last window end."""
     from airflow_cdc.demo.compare import read_iceberg_rows
 
@@ -133,10 +133,10 @@ def compare(base: Path, emulator, last_end) -> dict:
         unexpected = [k for k in actual if k not in expected]
         different = [k for k in expected if k in actual and expected[k] != actual[k]]
         mismatches += len(missing) + len(unexpected) + len(different)
-        print(f"demo-bigtable: {name}: expected {len(expected)}, target {len(actual)}, missing "
+        log(f"{prefix}: {name}: expected {len(expected)}, target {len(actual)}, missing "
               f"{len(missing)}, unexpected {len(unexpected)}, different {len(different)}"
               + (f" e.g. missing {missing[0]}" if missing else "")
-              + (f" e.g. unexpected {unexpected[0]}" if unexpected else ""), flush=True)
+              + (f" e.g. unexpected {unexpected[0]}" if unexpected else ""))
     return {"target_cells": len(cells), "mismatches": mismatches}
 
 
