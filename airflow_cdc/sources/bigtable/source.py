@@ -76,10 +76,12 @@ class BigtableChangeStreamSource(ChangeSource):
         for name in DEFAULTS:
             if settings.get(name) is not None:
                 value = float(settings[name])
-                if value <= 0 and name != "evidence_delay_seconds" or value < 0:
+                least_allowed = 0.0 if name == "evidence_delay_seconds" else 1e-3
+                if value < least_allowed:
                     raise ValueError(
-                        f"setting {name}={settings[name]!r} of stream {stream_id!r} must be a "
-                        f"positive number of seconds")
+                        f"setting {name}={settings[name]!r} of stream {stream_id!r} must be "
+                        f"{'zero or more' if least_allowed == 0 else 'a positive number of'} "
+                        f"seconds")
                 settings[name] = value
         if "stall" in settings:
             settings["stall"] = StallPolicy.from_setting(settings["stall"], stream_id).to_setting()
@@ -145,8 +147,8 @@ class BigtableChangeStreamSource(ChangeSource):
         return [PartitionPosition(INITIAL_PARTITION, window.start)]
 
     def plan_options(self, kept: Mapping | None, planned_at: datetime, hook: Any) -> dict:
-        """Under the ``open`` policy, a window planned while partitions still lag is read
-        with what arrived and flagged unconfirmed; a re-plan keeps the first decision."""
+        """A re-plan keeps the first plan's ``unconfirmed`` flag (set from the readiness
+        answer when the ``open`` stall policy opened the window, :mod:`.readiness`)."""
         if kept is not None:
             return {k: v for k, v in kept.items() if k == UNCONFIRMED_OPTION}
         return {}
