@@ -6,6 +6,7 @@
     airflow-cdc release-lease STREAM START   free a window held by a dead run (asks first)
     airflow-cdc lag-chart STREAM -o lag.svg  low-watermark lag per window, SVG or PNG
     airflow-cdc doctor                       what this install has: Airflow, Spark, Iceberg, Java
+    airflow-cdc capture debezium --config F  embedded Debezium into the Kafka Connect sink layout
 
 The state store is the one tasks use: ``--url``, else the ``cdc_state`` connection
 ``--conn-id`` (default ``cdc_state_default``, which falls back to ``$AIRFLOW_CDC_STATE_URL``
@@ -382,6 +383,28 @@ def cmd_doctor(args, out) -> int:
     return 0 if not problems else 1
 
 
+def cmd_capture(args, out) -> int:
+    """Run a capture into the Kafka Connect sink layout (``airflow-cdc[debezium]``)."""
+    import json
+    import signal
+    import threading
+
+    from airflow_cdc.capture.debezium import CaptureConfig, capture
+
+    config = CaptureConfig.load(args.config)
+    stop = threading.Event()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():  # Ctrl-C / SIGTERM: a graceful stop
+        previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        result = capture(config, stop=stop, max_seconds=args.max_seconds, until_idle_seconds=args.until_idle)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    print(json.dumps({"capture": args.source, **result.to_dict()}, sort_keys=True), file=out)
+    return 0
+
+
 # --- entry point -------------------------------------------------------------------------------
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="airflow-cdc", description=__doc__.split("\n")[0])
@@ -428,6 +451,14 @@ def parser() -> argparse.ArgumentParser:
 
     doctor = commands.add_parser("doctor", help="what this install has: Airflow, Spark, Iceberg, Java")
     doctor.set_defaults(run=cmd_doctor)
+
+    capture = commands.add_parser("capture", help="run a change capture into the Kafka Connect sink file layout")
+    capture.add_argument("source", choices=["debezium"], help="the capture engine (debezium: embedded Debezium)")
+    capture.add_argument("--config", required=True, help="JSON file: output, connector properties, file rotation")
+    capture.add_argument("--max-seconds", type=float, help="stop after this many seconds")
+    capture.add_argument("--until-idle", type=float, metavar="SECONDS",
+                         help="stop once streaming saw no change (heartbeats aside) for this long")
+    capture.set_defaults(run=cmd_capture)
     return top
 
 

