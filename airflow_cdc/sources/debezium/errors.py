@@ -1,0 +1,26 @@
+"""The errors of the Debezium source: each names the event, the value and the fix.
+
+They live apart from :mod:`.envelope` and :mod:`.types` so that both raise them without
+importing each other. Every one of them sends the line it concerns to the dead-letter table
+(with its message as the reason): the source never drops a line silently.
+"""
+
+from __future__ import annotations
+
+from airflow_cdc.model import CdcError
+
+
+class MalformedEventError(CdcError, ValueError):
+    """A line of a sink file that cannot become a change: it goes to the dead-letter table."""
+
+
+class KeylessTableError(MalformedEventError):
+    """A change of a table the stream has no key columns for ("events for tables without a key")."""
+
+
+class UnsupportedDebeziumTypeError(MalformedEventError):
+    """A column whose Debezium/Kafka Connect type has no canonical type (an unknown logical type)."""
+
+
+class UnsupportedConnectorError(MalformedEventError):
+    """An event of a Debezium connector whose source position this source cannot order."""
