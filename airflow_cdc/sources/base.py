@@ -140,6 +140,35 @@ def dead_letter_tuple(stream: str, window_id: str, dead: DeadLetter) -> tuple:
     return tuple(record[name] for name in _CHANGELOG_NAMES) + (f"extract: {dead.reason}",)
 
 
+def drop_seen_event_ids(spark, table: str, stream: str, frame):
+    """``frame`` without the events this stream's changelog already holds (by event id).
+
+    For a source that delivers at least once (Datastream, Debezium): a redelivered event is
+    the same event with the same id and the same ``commit_ts``, so only the changelog rows
+    within the commit times of this window's events are read (and only the stream's):
+    literal bounds that Iceberg prunes by partition
+    (``days(commit_ts)``) and file statistics, so the read does not grow with the whole
+    changelog. Rows without a commit time (none are written today) are always compared.
+    """
+    from pyspark.sql import functions as F
+
+    if not spark.catalog.tableExists(table):
+        return frame
+    bounds = frame.agg(F.min(F.unix_micros("commit_ts")).alias("lo"),
+                       F.max(F.unix_micros("commit_ts")).alias("hi")).first()
+    in_range = F.col("commit_ts").isNull()
+    if bounds.lo is not None:
+        in_range = in_range | F.col("commit_ts").between(
+            F.timestamp_micros(F.lit(bounds.lo)), F.timestamp_micros(F.lit(bounds.hi)))
+    seen = (
+        spark.table(table)
+        .where((F.col("stream") == F.lit(stream)) & in_range & F.col("event_id").isNotNull())
+        .select("event_id")
+        .distinct()
+    )
+    return frame.join(seen, "event_id", "left_anti").select(*_CHANGELOG_NAMES)
+
+
 class ChangeSource:
     """A change source as the window protocol sees it. Subclasses set :attr:`kind` and
     implement :meth:`initial_positions` and one of :meth:`read_partition` / :meth:`read_window`;

@@ -28,6 +28,7 @@ BUILT_IN = {
     "spanner_change_stream": "airflow_cdc.sources.spanner.reader:SpannerChangeStreamSource",
     "datastream": "airflow_cdc.sources.datastream.source:DatastreamSource",
     "bigtable_change_stream": "airflow_cdc.sources.bigtable.source:BigtableChangeStreamSource",
+    "debezium": "airflow_cdc.sources.debezium.source:DebeziumSource",
 }
 # The spec key that names a source's class by import path (not part of its fingerprint).
 CLASS_KEY = "class"
