@@ -13,6 +13,8 @@ import pytest
 
 from airflow_cdc.demo.live_datastream import LiveSettings, run_live
 
+pytestmark = pytest.mark.live  # make test-live (CI runs it); make test keeps Bigtable's live test
+
 SETTINGS = LiveSettings(windows=2, window_seconds=60, lateness_seconds=10, settle_seconds=2,
                         file_seconds=3, wait_poke_seconds=2, seed=3)
 
