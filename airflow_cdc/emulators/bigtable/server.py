@@ -16,7 +16,7 @@ from datetime import datetime
 
 import grpc
 
-from airflow_cdc.model import CdcError
+from airflow_cdc.emulators.listening import EmulatorStartError, listen
 
 from .history import MAX_CHUNKS_PER_MESSAGE, BigtableHistory
 from .mutations import Commit, TableState
@@ -28,10 +28,6 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
 ]
-
-
-class EmulatorStartError(CdcError, OSError):
-    """The gRPC server could not bind its address, or the emulator is not started."""
 
 
 class BigtableEmulator:
@@ -146,17 +142,7 @@ class BigtableEmulator:
             handlers=self.servicer.handlers(),
             options=[("grpc.so_reuseport", 0), *_CHANNEL_OPTIONS],
         )
-        try:
-            port = server.add_insecure_port(f"{self.host}:{self._requested_port}")
-        except RuntimeError as error:  # grpc raises RuntimeError when it cannot bind
-            port, cause = 0, error
-        else:
-            cause = None
-        if not port:
-            raise EmulatorStartError(
-                f"cannot listen on {self.host}:{self._requested_port} (in use or not a local "
-                f"address): choose another --port, or 0 for any free port"
-            ) from cause
+        port = listen(server, self.host, self._requested_port)
         server.start()
         self._server, self.port = server, port
         return self

@@ -16,15 +16,11 @@ from datetime import datetime
 import grpc
 from spannermockserver.generated import spanner_database_admin_pb2_grpc, spanner_pb2_grpc
 
-from airflow_cdc.model import CdcError
+from airflow_cdc.emulators.listening import EmulatorStartError, listen
 
 from .history import History
 from .servicer import ChangeStreamServicer, SchemaAdminServicer
 from .timeline import to_datetime, to_micros
-
-
-class EmulatorStartError(CdcError, OSError):
-    """The gRPC server could not bind its address."""
 
 
 class SpannerChangeStreamEmulator:
@@ -79,18 +75,7 @@ class SpannerChangeStreamEmulator:
         )
         spanner_pb2_grpc.add_SpannerServicer_to_server(self.spanner, server)
         spanner_database_admin_pb2_grpc.add_DatabaseAdminServicer_to_server(self.admin, server)
-        try:
-            port = server.add_insecure_port(f"{self.host}:{self._requested_port}")
-        except RuntimeError as error:  # grpc raises RuntimeError when it cannot bind
-            port = 0
-            cause = error
-        else:
-            cause = None
-        if not port:
-            raise EmulatorStartError(
-                f"cannot listen on {self.host}:{self._requested_port} (in use or not a local "
-                f"address): choose another --port, or 0 for any free port"
-            ) from cause
+        port = listen(server, self.host, self._requested_port)
         server.start()
         self._server, self.port = server, port
         return self

@@ -117,13 +117,16 @@ class BigtableChangeStreamSource(ChangeSource):
         retry = now + timedelta(seconds=max(1.0, float(self.settings["heartbeat_seconds"])))
         return Readiness(False, reason, retry_at=retry)
 
+    def _connection_through(self, hook: Any):
+        """The table's connection as the Airflow hook resolves it (the spec's without one)."""
+        if hook is None:
+            return self.connection
+        return hook.connection_for(self.connection.instance, self.connection.table,
+                                   self.connection.app_profile, self.connection.project or None)
+
     def _lagging(self, window: Window, hook: Any):
-        connection = self.connection
-        if hook is not None:
-            connection = hook.connection_for(
-                self.connection.instance, self.connection.table, self.connection.app_profile,
-                self.connection.project or None)
-        return lagging_partitions(connection, window, float(self.settings["probe_seconds"]))
+        return lagging_partitions(self._connection_through(hook), window,
+                                  float(self.settings["probe_seconds"]))
 
     def _stall_reason(self, window: Window, lagging, known: Sequence, now: datetime) -> str:
         stored = {}
@@ -154,9 +157,7 @@ class BigtableChangeStreamSource(ChangeSource):
         return {}
 
     def extract_overrides(self, hook: Any) -> dict:
-        resolved = hook.connection_for(
-            self.connection.instance, self.connection.table, self.connection.app_profile,
-            self.connection.project or None)
+        resolved = self._connection_through(hook)
         return {"project": resolved.project,
                 "connection": {"emulator_host": resolved.emulator_host,
                                "access_token": resolved.access_token}}
