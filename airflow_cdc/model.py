@@ -70,12 +70,19 @@ def parse_ts(text: str) -> datetime:
 
 
 class Op(str, enum.Enum):
-    """What happened to a row. READ marks rows of a snapshot (backfill), not changes."""
+    """What happened to a row. READ marks rows of a snapshot (backfill), not changes.
+
+    TRUNCATE is a table-level change (Debezium's op ``t``): a changelog row without keys or
+    values saying every row of ``source_table`` ordered before its ``ordering_key`` is gone.
+    Apply empties the target of those rows and keeps the position as the table's guard, so a
+    change ordered before it that arrives later is never applied (``spark_jobs/apply/truncates.py``).
+    """
 
     INSERT = "INSERT"
     UPDATE = "UPDATE"
     DELETE = "DELETE"
     READ = "READ"
+    TRUNCATE = "TRUNCATE"
 
 
 class Image(str, enum.Enum):

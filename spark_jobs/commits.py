@@ -110,6 +110,15 @@ def _metadata(spark: SparkSession, table: str) -> dict | None:
     return json.loads(text)
 
 
+def summary_with(spark: SparkSession, table: str, key: str, value: str) -> dict[str, str] | None:
+    """The summary of the (oldest) snapshot of ``table`` whose summary has ``key`` = ``value``."""
+    for snapshot in _metadata_snapshots(spark, table) or []:
+        summary = snapshot.get("summary") or {}
+        if summary.get(key) == value:
+            return summary
+    return None
+
+
 def window_commit_and_since(spark: SparkSession, table: str, window_id: str) -> tuple[WindowCommit, list[dict]] | None:
     """The window's (oldest) commit of ``table`` and the snapshots (metadata JSON objects) on
     the table's main branch after it, newest first, from one read of the table's metadata.

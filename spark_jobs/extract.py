@@ -15,7 +15,7 @@ Procedure (ARCHITECTURE.md, window protocol step 2), the same for every source:
    its own way and hands back the same rows and outcomes.
 3. Check that every source transaction is complete across partitions, or fail naming it;
    drop rows the changelog already holds (``drop_repeats``: sources that deliver at least
-   once).
+   once); let the source check the whole window (``check_window``: Debezium's transactions).
 4. Commit the window's dead letters to the stream's dead-letter table, once (marked with the
    window in the commit's summary).
 5. Append all rows in ONE changelog commit tagged with the window and carrying the outcome
@@ -170,6 +170,7 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
     read = source.read_window(spark, plan) if source.read_window is not None else read_partitions(spark, plan)
     frame = source.drop_repeats(spark, plan, spark.createDataFrame(read.rows, changelog_schema()))
     frame.persist(StorageLevel.MEMORY_AND_DISK)
+    checked = source.check_window(spark, plan, frame)  # raises: the window stays uncommitted
     declarations = window_declarations(frame)  # one pass that counts the rows too
     if read.dead_letters is not None:
         append_dead_letters(spark, plan, read.dead_letters)
@@ -177,7 +178,7 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
         window_id=plan.window.window_id,
         outcomes=tuple(sorted(read.outcomes, key=lambda o: o.partition_id)),
         pending_children=tuple(read.pending_children),
-        counts=source.window_counts(read.counts, sum(d.rows for d in declarations)),
+        counts=source.window_counts({**read.counts, **checked}, sum(d.rows for d in declarations)),
     )
     result = commit_window_with_outcome(spark, table, frame, outcome, outcome_path, declarations)
     frame.unpersist()

@@ -290,7 +290,11 @@ def _java(config: CaptureConfig, log_config: Path) -> dict[str, Any]:
             ) from error
     if not jpype.isJVMStarted():
         try:
-            ensure_jvm_started(jvm_opts=[f"-Dlog4j2.configurationFile={log_config}", *config.jvm_options])
+            # -Xrs: the JVM leaves SIGTERM and SIGINT to Python, whose handlers stop the
+            # engine cleanly (offsets committed, summary printed); without it they kill it.
+            reduced = [] if "-Xrs" in config.jvm_options else ["-Xrs"]
+            ensure_jvm_started(jvm_opts=[f"-Dlog4j2.configurationFile={log_config}", *reduced,
+                                         *config.jvm_options])
         except Exception as error:  # noqa: BLE001 - JVM start failures come as many types
             raise CaptureError(
                 f"cannot start the Java VM for Debezium ({error}): install a Java 17 and set JAVA_HOME "
@@ -617,9 +621,15 @@ def _run(config, output, state, stop, max_seconds, until_idle_seconds) -> Captur
         if session.java_error is not None:
             detail = _java_error_text(session.java_error)
             text = detail if text and text in detail else f"{text} {detail}".strip()
-        raise CaptureError(
-            f"the Debezium engine stopped with an error: {text.rstrip('. ')}.{_hint(text)} Log: {log_file}"
-        )
+        if reason != "engine_stopped" and _SHUTDOWN_RACE in text:
+            # Closed while a batch was in flight: the async engine's pool refuses the batch's
+            # remaining tasks. Nothing of it was acknowledged, so the next run gets it again.
+            log.warning("the Debezium engine dropped an in-flight batch at shutdown (it is sent "
+                        "again on the next start): %s", text)
+        else:
+            raise CaptureError(
+                f"the Debezium engine stopped with an error: {text.rstrip('. ')}.{_hint(text)} Log: {log_file}"
+            )
 
     return CaptureResult(
         reason=reason,
@@ -630,6 +640,9 @@ def _run(config, output, state, stop, max_seconds, until_idle_seconds) -> Captur
         output=str(output),
         log_file=str(log_file),
     )
+
+
+_SHUTDOWN_RACE = "java.util.concurrent.RejectedExecutionException"
 
 
 def _shutdown(java, engine, thread: threading.Thread, session: _Session) -> None:

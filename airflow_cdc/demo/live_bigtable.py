@@ -7,9 +7,9 @@ with SetCell, DeleteFromColumn and DeleteFromFamily, MutateRows, ReadModifyWrite
 CheckAndMutateRow), a few calls per second over a fixed set of row keys spread over the
 table's partitions, from both clusters (``default`` routes to ``c1``, ``c2-reader`` to ``c2``,
 whose writes reach ``c1`` 200 ms later), and Airflow's scheduler, dag-processor, triggerer
-and api-server (:class:`~airflow_cdc.demo.services.AirflowServices`, as ``make
-live-datastream`` runs them) run ``dags/bigtable_change_stream_to_iceberg.py`` on a 1-minute
-schedule (``CDC_WINDOW_MINUTES=1``) with deferrable plan and gate (``CDC_DEFERRABLE=true``).
+and api-server (:class:`~airflow_cdc.demo.live.LiveAirflow`, the harness of every ``make
+live-*``) run ``dags/bigtable_change_stream_to_iceberg.py`` on a 1-minute schedule
+(``CDC_WINDOW_MINUTES=1``) with deferrable plan and gate, catchup on and two active runs.
 
 The DAG's first window starts at a minute boundary at least a minute after start-up: after
 the table exists, the writer thread started and the services are up. The writer makes its
@@ -19,12 +19,8 @@ defers until every partition's low watermark passed its end (checked from the en
 DAG's ``evidence_delay_seconds``, 2 s), then the window is read, applied and its gate opens.
 
 Gate delay of a window = the instant its gate marked it COMPLETE in the state store minus its
-end (as ``make live-datastream`` measures it). The bound, defined as ``live-datastream``
-defines its own: ``window + evidence delay + 60 s`` = 60 + 2 + 60 = 122 s after the window
-end. It is about the most a run may take here anyway: the DAG has ``catchup=False`` and
-``max_active_runs=1``, so a run that ends two windows (120 s) or more after its window's end
-makes the scheduler skip an interval, and the next window refuses to start with a gap (its
-DAG run fails, and so does this demo).
+end (the harness measures it the same way for every source). The bound:
+``window + evidence delay + 60 s`` = 60 + 2 + 60 = 122 s after the window end.
 
 After the last window completes the writer stops and the ``bigtable.events_cells`` and
 ``bigtable.events_latest`` tables (read with pyiceberg, :func:`airflow_cdc.demo.bigtable.compare`)
@@ -37,25 +33,29 @@ targets differ, ``FAILED`` otherwise; exit code 1 for both). Everything lives un
 from __future__ import annotations
 
 import argparse
-import os
 import pickle
 import random
-import shutil
 import sys
 import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
-from airflow_cdc.demo.live_datastream import LiveResult, next_boundary
+from airflow_cdc.demo.live import (
+    LiveAirflow,
+    LiveResult,
+    LiveSchedule,
+    gate_bound_seconds,
+    recreate,
+    run_status,
+    summary_line,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DAG_FILE = "bigtable_change_stream_to_iceberg.py"
-DAG_ID = "bigtable_change_stream_to_iceberg"
 EVIDENCE_DELAY_SECONDS = 2  # the DAG's evidence_delay_seconds
-GATE_SLACK_SECONDS = 60
 # Spread over the empty table's four initial partitions ('' .. user#0070 .. user#0180 ..
 # user#0290 .. ''); cf:name is decoded as a string by the DAG, so it only holds text.
 ROW_KEYS = (b"session#003", b"user#0012", b"user#0045", b"user#0101", b"user#0150",
@@ -77,7 +77,7 @@ class LiveSettings:
 
     @property
     def gate_bound_seconds(self) -> float:
-        return self.window_seconds + EVIDENCE_DELAY_SECONDS + GATE_SLACK_SECONDS
+        return gate_bound_seconds(self.window_seconds, EVIDENCE_DELAY_SECONDS)
 
 
 @dataclass
@@ -230,109 +230,47 @@ class LiveWriter:
             self._thread.join(timeout=30)
 
 
-# --- the harness ------------------------------------------------------------------------------
-def complete_windows(store, stream_id: str, first: datetime, seen: set) -> list[dict]:
-    """Windows of ``stream_id`` from ``first`` on that turned COMPLETE since the last call,
-    with their gate delay (COMPLETE instant minus window end) and plan instant."""
-    from airflow_cdc.model import WindowState
-
-    found = []
-    for record in store.list_windows(stream_id, states=[WindowState.COMPLETE]):
-        if record.start in seen or record.start < first:
-            continue
-        seen.add(record.start)
-        counts = record.counts or {}
-        found.append({
-            "window_end": record.end.isoformat(),
-            "end": record.end,
-            "gate_delay_s": round((record.updated_at - record.end).total_seconds(), 1),
-            "planned_after_end_s": round((record.created_at - record.end).total_seconds(), 1),
-            "low_watermark": record.low_watermark,
-            "mutations": counts.get("mutations"),
-            "changes": counts.get("changes"),
-            "unconfirmed": bool(counts.get("unconfirmed")),
-        })
-    return found
-
-
+# --- the run ---------------------------------------------------------------------------------
 def run_live(settings: LiveSettings, base: Path, log=print) -> LiveBigtableResult:
     from airflow_cdc.demo.bigtable import compare
-    from airflow_cdc.demo.services import AirflowServices
     from airflow_cdc.emulators.bigtable import BigtableEmulator, BigtableHistory
-    from airflow_cdc.state import StateStore
 
-    if base.exists():
-        shutil.rmtree(base)
-    base.mkdir(parents=True)
-    state_url = f"sqlite:///{base / 'cdc_state.db'}"
-    window = timedelta(minutes=settings.window_minutes)
+    recreate(base)
     # The table is created now; the first window starts at a boundary at least a minute on
     # (services take ~30-60 s to come up on a loaded 2-core machine), so its run is on time
     # and it starts after the table exists and the writer thread started; the writer's first
     # call is at its start.
     created = datetime.now(timezone.utc).replace(microsecond=0)
     history = BigtableHistory.empty(start=created)
-    first = next_boundary(created, settings.window_seconds, timedelta(seconds=60))
-    last_end = first + window * settings.windows
+    schedule = LiveSchedule.starting_after(created, settings.window_seconds, settings.windows,
+                                           settings.gate_bound_seconds)
+    first, last_end = schedule.first, schedule.last_end
     result = LiveBigtableResult(last_end=last_end)
     stream_id = "".join(c if c.isalnum() else "_" for c in history.table_id).lower()
-    dags = base / "dags"
-    dags.mkdir()
-    shutil.copy(ROOT / "dags" / DAG_FILE, dags)
     log(f"live-bigtable: table {history.table_name} created {created.isoformat()}; windows of "
         f"{settings.window_seconds}s from {first.isoformat()} to {last_end.isoformat()}; gate "
         f"bound {settings.gate_bound_seconds:.0f}s after each window end")
     with BigtableEmulator(history) as emulator:
-        env = {
+        airflow = LiveAirflow("live-bigtable", base, DAG_FILE, schedule, {
             "BIGTABLE_EMULATOR_HOST": emulator.emulator_host,
-            "AIRFLOW_CDC_STATE_URL": state_url,
-            "AIRFLOW_CDC_WAREHOUSE": str(base / "warehouse"),
-            "AIRFLOW_CDC_WORK_ROOT": str(base / "work"),
             "CDC_BIGTABLE_PROJECT": history.config.project,
             "CDC_BIGTABLE_INSTANCE": history.config.instance,
             "CDC_BIGTABLE_TABLE": history.table_id,
             "CDC_BIGTABLE_APP_PROFILE": "default",
-            "CDC_START": first.isoformat(),
             "CDC_WINDOW_MINUTES": str(settings.window_minutes),
-            "CDC_DEFERRABLE": "true",
-            "CDC_CATCHUP": "true",  # a slow run never makes the scheduler skip a window
-            "CDC_MAX_ACTIVE_RUNS": "2",
-            "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
-        }
-        services = AirflowServices(base, dags, env)
+        }, log=log)
         writer = LiveWriter(emulator.client(), emulator.table_name, settings).start(first)
         try:
-            services.start()
-            store = StateStore(state_url)
-            store.migrate()
-            seen: set[datetime] = set()
-
-            def windows_done():
-                failed = services.query(
-                    "select run_id from dag_run where dag_id = ? and state = 'failed'", DAG_ID)
-                if failed:
-                    result.failed_runs = [r[0] for r in failed]
-                    return True
-                for done in complete_windows(store, stream_id, first, seen):
-                    result.windows.append(done)
-                    log(f"live-bigtable: window ending {done['end']:%H:%M:%S} complete, gate "
-                        f"delay {done['gate_delay_s']:.0f}s (planned "
-                        f"{done['planned_after_end_s']:.0f}s after its end), "
-                        f"{done['mutations']} mutations")
-                return len(result.windows) >= settings.windows
-
-            budget = ((last_end - datetime.now(timezone.utc)).total_seconds()
-                      + settings.gate_bound_seconds * 3)
-            try:
-                services.wait_for(f"{settings.windows} complete windows", windows_done, budget,
-                                  every=2)
-            except TimeoutError as error:
-                log(f"live-bigtable: {error}")
-            if result.failed_runs:
-                log(f"live-bigtable: failed DAG runs {result.failed_runs}\n{services.log_tails()}")
+            with airflow:
+                airflow.wait_for_windows(
+                    result, stream_id,
+                    details=lambda counts: {"mutations": counts.get("mutations"),
+                                            "changes": counts.get("changes"),
+                                            "unconfirmed": bool(counts.get("unconfirmed"))},
+                    describe=lambda w: (f" (planned {w['planned_after_end_s']:.0f}s after its "
+                                        f"end), {w['mutations']} mutations"))
         finally:
             writer.stop()
-            services.stop()
         result.writer_calls = writer.calls
         result.writer_errors = writer.errors
         log(f"live-bigtable: the writer made {sum(writer.calls.values())} calls "
@@ -356,17 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     settings = LiveSettings(windows=args.windows, seed=args.seed)
     result = run_live(settings, Path(args.base).resolve(), log=lambda m: print(m, flush=True))
-    if result.ok(settings):
-        status = "OK"
-    elif result.comparison.get("mismatches", 0) and len(result.windows) >= settings.windows:
-        status = "MISMATCH"
-    else:
-        status = "FAILED"
-    print(
-        f"live-bigtable: {status} windows={len(result.windows)} "
-        f"max_gate_delay_s={result.max_gate_delay:.0f} "
-        f"mismatches={result.comparison.get('mismatches', 'unknown')}"
-    )
+    status = run_status(result, settings)
+    print(summary_line("live-bigtable", status, result))
     return 0 if status == "OK" else 1
 
 

@@ -26,25 +26,32 @@ import json
 import os
 import pickle
 import random
-import shutil
 import signal
 import subprocess
 import sys
 import time
 import uuid as uuidlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from airflow_cdc.demo.live import (
+    LiveAirflow,
+    LiveResult,
+    LiveSchedule,
+    gate_bound_seconds,
+    recreate,
+    summary_line,
+)
+
 ROOT = Path(__file__).resolve().parents[2]
-DAG_ID = "datastream_to_iceberg"
+DAG_FILE = "datastream_to_iceberg.py"
 STREAM_ID = "shop"
 BUSINESS_TABLES = ("shop_orders", "public_customers")
 HEARTBEAT_TABLE = "ops_heartbeat"
 # How long before the last window's end the business tables stop changing: their last files
 # land well before that window is planned.
 FREEZE_BEFORE_END = timedelta(seconds=5)
-GATE_SLACK_SECONDS = 60
 
 
 @dataclass(frozen=True)
@@ -59,26 +66,8 @@ class LiveSettings:
 
     @property
     def gate_bound_seconds(self) -> float:
-        return self.window_seconds + self.lateness_seconds + self.settle_seconds + GATE_SLACK_SECONDS
-
-
-@dataclass
-class LiveResult:
-    windows: list[dict] = field(default_factory=list)
-    comparison: dict = field(default_factory=dict)
-    failed_runs: list = field(default_factory=list)
-
-    @property
-    def max_gate_delay(self) -> float:
-        return max((w["gate_delay_s"] for w in self.windows), default=0.0)
-
-    def ok(self, settings: LiveSettings) -> bool:
-        return (
-            len(self.windows) >= settings.windows
-            and not self.failed_runs
-            and self.comparison.get("mismatches", 1) == 0
-            and self.max_gate_delay <= settings.gate_bound_seconds
-        )
+        return gate_bound_seconds(self.window_seconds,
+                                  self.lateness_seconds + self.settle_seconds)
 
 
 # --- the writer: Datastream landing files in wall-clock time --------------------------------
@@ -205,53 +194,25 @@ def writer_main(config_path: str) -> int:
     return 0
 
 
-# --- the harness ------------------------------------------------------------------------------
-def next_boundary(now: datetime, seconds: int, margin: timedelta) -> datetime:
-    """The first multiple of ``seconds`` (since the epoch) at least ``margin`` after ``now``."""
-    at = (now + margin).timestamp()
-    return datetime.fromtimestamp((int(at) // seconds + 1) * seconds, tz=timezone.utc)
-
-
+# --- the run ---------------------------------------------------------------------------------
 def run_live(settings: LiveSettings, base: Path, log=print) -> LiveResult:
     from airflow_cdc.demo.datastream import compare_targets
-    from airflow_cdc.demo.services import AirflowServices
-    from airflow_cdc.model import WindowState
-    from airflow_cdc.state import StateStore
 
-    if base.exists():
-        shutil.rmtree(base)
-    prefix = base / "landing" / STREAM_ID
+    prefix = recreate(base) / "landing" / STREAM_ID
     prefix.mkdir(parents=True)
-    state_url = f"sqlite:///{base / 'cdc_state.db'}"
-    window = timedelta(seconds=settings.window_seconds)
-    # Services take ~30-60 s to come up on a loaded 2-core machine: the first window starts
-    # after that, so its run is scheduled on time.
-    first = next_boundary(datetime.now(timezone.utc), settings.window_seconds, timedelta(seconds=60))
-    last_end = first + window * settings.windows
-    env = {
-        "AIRFLOW_CDC_STATE_URL": state_url,
-        "AIRFLOW_CDC_WAREHOUSE": str(base / "warehouse"),
-        "AIRFLOW_CDC_WORK_ROOT": str(base / "work"),
+    schedule = LiveSchedule.starting_after(datetime.now(timezone.utc), settings.window_seconds,
+                                           settings.windows, settings.gate_bound_seconds)
+    first, last_end = schedule.first, schedule.last_end
+    airflow = LiveAirflow("live-datastream", base, DAG_FILE, schedule, {
         "CDC_DATASTREAM_PREFIX": str(prefix),
         "CDC_DATASTREAM_STREAM_ID": STREAM_ID,
         "CDC_DATASTREAM_TABLES": ",".join((*BUSINESS_TABLES, HEARTBEAT_TABLE)),
         "CDC_DATASTREAM_SETTLE_SECONDS": str(settings.settle_seconds),
         "CDC_DATASTREAM_LATENESS_SECONDS": str(settings.lateness_seconds),
-        "CDC_START": first.isoformat(),
         "CDC_WINDOW_SECONDS": str(settings.window_seconds),
-        "CDC_CATCHUP": "true",
-        # Two runs: the next window's plan waits for its evidence (and for this window to
-        # commit) while this window applies, as the README suggests for short windows.
-        "CDC_MAX_ACTIVE_RUNS": "2",
-        "CDC_DEFERRABLE": "true",
         "CDC_WAIT_POKE_SECONDS": str(settings.wait_poke_seconds),
         "CDC_GATE_TIMEOUT_SECONDS": str(settings.gate_bound_seconds * 4),
-        "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable),
-    }
-    dags = base / "dags"
-    dags.mkdir()
-    shutil.copy(ROOT / "dags" / "datastream_to_iceberg.py", dags)
-    services = AirflowServices(base, dags, env)
+    }, log=log)
     truth_path = base / "truth.pickle"
     writer_config = base / "writer.json"
     writer_config.write_text(json.dumps({
@@ -268,57 +229,25 @@ def run_live(settings: LiveSettings, base: Path, log=print) -> LiveResult:
     writer_log = open(base / "writer.log", "w")  # noqa: SIM115 - closed below
     writer = subprocess.Popen(
         [sys.executable, "-m", "airflow_cdc.demo.live_datastream", "--writer", str(writer_config)],
-        stdout=writer_log, stderr=subprocess.STDOUT, env={**os.environ, **env},
+        stdout=writer_log, stderr=subprocess.STDOUT, env={**os.environ, **airflow.env},
     )
     result = LiveResult()
     try:
-        services.start()
-        store = StateStore(state_url)
-        store.migrate()
-        seen: set[datetime] = set()
-
-        def windows_done():
-            failed = services.query(
-                "select run_id from dag_run where dag_id = ? and state = 'failed'", DAG_ID)
-            if failed:
-                result.failed_runs = [r[0] for r in failed]
-                return True
-            for record in store.list_windows(STREAM_ID, states=[WindowState.COMPLETE]):
-                if record.start in seen or record.start < first:
-                    continue
-                seen.add(record.start)
-                delay = (record.updated_at - record.end).total_seconds()
-                counts = record.counts or {}
-                result.windows.append({"window_end": record.end.isoformat(),
-                                       "gate_delay_s": round(delay, 1),
-                                       "planned_after_end_s": round(
-                                           (record.created_at - record.end).total_seconds(), 1),
-                                       "low_watermark": record.low_watermark,
-                                       "end": record.end,
-                                       "idle_declared": bool(counts.get("idle_declared")),
-                                       "changes": counts.get("changes"),
-                                       "files": counts.get("files")})
-                log(f"live-datastream: window ending {record.end:%H:%M:%S} complete, gate "
-                    f"delay {delay:.0f}s, {counts.get('files')} files, "
-                    f"{counts.get('changes')} changes")
-            return len(result.windows) >= settings.windows
-
-        budget = (last_end - datetime.now(timezone.utc)).total_seconds() + settings.gate_bound_seconds * 3
-        try:
-            services.wait_for(f"{settings.windows} complete windows", windows_done, budget, every=2)
-        except TimeoutError as error:
-            log(f"live-datastream: {error}")
-        if result.failed_runs:
-            log(f"live-datastream: failed DAG runs {result.failed_runs}\n{services.log_tails()}")
-        services.wait_for("the writer's true final state", truth_path.exists, 120)
+        with airflow:
+            airflow.wait_for_windows(
+                result, STREAM_ID,
+                details=lambda counts: {"idle_declared": bool(counts.get("idle_declared")),
+                                        "changes": counts.get("changes"),
+                                        "files": counts.get("files")},
+                describe=lambda w: f", {w['files']} files, {w['changes']} changes")
+            airflow.wait_for("the writer's true final state", truth_path.exists, 120)
     finally:
-        services.stop()
         if writer.poll() is None:
             writer.terminate()
             writer.wait(timeout=30)
         writer_log.close()
     truth = pickle.loads(truth_path.read_bytes()) if truth_path.exists() else {}
-    result.comparison = compare_targets(base / "warehouse", truth)
+    result.comparison = compare_targets(airflow.warehouse, truth)
     return result
 
 
@@ -344,11 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     for table, detail in result.comparison.get("tables", {}).items():
         print(f"live-datastream: {table}: {detail}", flush=True)
     status = "OK" if result.ok(settings) else "FAILED"
-    print(
-        f"live-datastream: {status} windows={len(result.windows)} "
-        f"max_gate_delay_s={result.max_gate_delay:.0f} "
-        f"mismatches={result.comparison.get('mismatches', 'unknown')}"
-    )
+    print(summary_line("live-datastream", status, result))
     return 0 if status == "OK" else 1
 
 

@@ -32,6 +32,8 @@ def DebeziumPipeline(  # noqa: N802 - a factory named like the group it makes
     topics_dir: str = "topics",
     flush_lateness_seconds: float | None = None,
     placeholder: str | None = None,
+    gcp_conn_id: str = "google_cloud_default",
+    impersonation_chain: str | Sequence[str] | None = None,
     wait_poke_interval: float = 30,
     **options: Any,
 ):
@@ -40,7 +42,10 @@ def DebeziumPipeline(  # noqa: N802 - a factory named like the group it makes
     ``key_columns`` names each table's key (``{"public.orders": ["id"]}``): a sink file holds
     the record values only, so events of a table without an entry are dead letters.
     ``flush_lateness_seconds`` (default 60) is how long after a heartbeat the sink may still
-    be writing the changes before it (its rotation interval). ``options`` are the shared
+    be writing the changes before it (its rotation interval). A ``gs://bucket/path`` prefix
+    is read through the google provider's GCS hook with ``gcp_conn_id`` and
+    ``impersonation_chain``; the extract job reads the same objects with a short-lived token
+    the hook mints (never in a plan file). ``options`` are the shared
     :class:`~airflow_cdc.operators.pipeline.PipelineOptions`.
     """
     from airflow_cdc.operators.pipeline import CdcPipeline
@@ -54,5 +59,6 @@ def DebeziumPipeline(  # noqa: N802 - a factory named like the group it makes
         spec["column_types"] = {t: dict(c) for t, c in column_types.items()}
     if settings:
         spec["settings"] = settings
+    source_conn = {"gcp_conn_id": gcp_conn_id, "impersonation_chain": impersonation_chain}
     return CdcPipeline(group_id=group_id, source=SOURCE_KIND, stream_id=stream_id, spec=spec,
-                       wait_poke_interval=wait_poke_interval, **options)
+                       source_conn=source_conn, wait_poke_interval=wait_poke_interval, **options)

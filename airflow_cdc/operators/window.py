@@ -232,9 +232,9 @@ class CdcPlanOperator(CdcWindowOperator):
             source.initial_positions(window),
             self.iceberg_catalog.name,
             new_partitions=found.partitions,
-            plan_options=lambda kept: {
+            plan_options=lambda kept, positions: {
                 **(dict(decided or {}) if kept is None else {}),
-                **source.plan_options(kept, now, hook),
+                **source.plan_options(kept, now, hook, positions),
             },
         ))
         return {

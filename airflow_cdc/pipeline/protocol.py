@@ -134,16 +134,17 @@ def plan_window(
     catalog_name: str,
     *,
     new_partitions: Sequence[PartitionPosition] = (),
-    plan_options: Callable[[Mapping | None], dict] | None = None,
+    plan_options: Callable[[Mapping | None, tuple[PartitionPosition, ...]], dict] | None = None,
 ) -> WindowPlanFile:
     """Open the window in the state store and write its plan file (same plan on re-runs).
 
     ``new_partitions`` are partitions the source discovered since the last window (file
     sources: one per settled event file); the store creates them in the transaction that
-    opens the window. ``plan_options(kept)`` gives the options the source's extract job reads
-    from the plan file; ``kept`` is the options of the plan file an earlier attempt wrote
-    (None for the first), so a choice made once (when it was planned, the source's primary
-    keys) stays the same on every re-plan.
+    opens the window. ``plan_options(kept, positions)`` gives the options the source's extract
+    job reads from the plan file; ``kept`` is the options of the plan file an earlier attempt
+    wrote (None for the first), so a choice made once (when it was planned, the source's
+    primary keys, the files it reads) stays the same on every re-plan; ``positions`` are where
+    the window reads each partition from.
     """
     store.register_stream(config.stream_id, config.source_kind, config.fingerprint)
     plan = store.plan_window(
@@ -166,7 +167,7 @@ def plan_window(
     options = {"dead_letter_table": f"{catalog_name}.{config.dead_letter_table}"}
     if plan_options is not None:
         kept = WindowPlanFile.from_json(path.read_text()) if path.exists() else None
-        options.update(plan_options(kept.options if kept is not None else None))
+        options.update(plan_options(kept.options if kept is not None else None, tuple(plan.positions)))
     plan_file = WindowPlanFile(
         window=window,
         positions=tuple(plan.positions),

@@ -18,7 +18,8 @@ step 2 (extract)      :meth:`ChangeSource.read_partition` over ``[start, e)`` (t
                       runs rounds when partitions split), or :meth:`ChangeSource.read_window`
                       for a source Spark reads natively; :meth:`ChangeSource.drop_repeats`
                       for a source that delivers at least once; :meth:`ChangeSource.
-                      extract_overrides` for short-lived credentials.
+                      check_window` for completeness only the whole window can prove;
+                      :meth:`ChangeSource.extract_overrides` for short-lived credentials.
 step 3 (commit)       :meth:`ChangeSource.commit_warnings`, :attr:`ChangeSource.summary_counts`.
 step 5 (gate)         :meth:`ChangeSource.covers`: which evidence proves a partition covered
                       the window; :meth:`ChangeSource.completeness_note` when completeness was
@@ -141,7 +142,8 @@ def dead_letter_tuple(stream: str, window_id: str, dead: DeadLetter) -> tuple:
 
 
 def drop_seen_event_ids(spark, table: str, stream: str, frame):
-    """``frame`` without the events this stream's changelog already holds (by event id).
+    """``frame`` without the events this stream's changelog already holds (by event id), and
+    with one row of each event id it holds more than once.
 
     For a source that delivers at least once (Datastream, Debezium): a redelivered event is
     the same event with the same id and the same ``commit_ts``, so only the changelog rows
@@ -152,6 +154,9 @@ def drop_seen_event_ids(spark, table: str, stream: str, frame):
     """
     from pyspark.sql import functions as F
 
+    # Repeats within the window (a restart's copies read with their originals): one each.
+    has_id = F.col("event_id").isNotNull()
+    frame = frame.where(has_id).dropDuplicates(["event_id"]).unionByName(frame.where(~has_id))
     if not spark.catalog.tableExists(table):
         return frame
     bounds = frame.agg(F.min(F.unix_micros("commit_ts")).alias("lo"),
@@ -230,9 +235,11 @@ class ChangeSource:
         """Partitions that exist since the last window (created when the window opens)."""
         return Discovery()
 
-    def plan_options(self, kept: Mapping | None, planned_at: datetime, hook: Any) -> dict:
+    def plan_options(self, kept: Mapping | None, planned_at: datetime, hook: Any,
+                     positions: Sequence[PartitionPosition] = ()) -> dict:
         """Options the extract reads from the plan file. ``kept``: an earlier attempt's (None
-        for the first), so a choice made once stays the same on every re-plan."""
+        for the first), so a choice made once stays the same on every re-plan; ``positions``:
+        where the window reads each partition from (Debezium names the files from them)."""
         return {}
 
     def plan_summary(self, plan) -> dict:
@@ -270,6 +277,13 @@ class ChangeSource:
         """The window's changelog frame without rows the changelog already holds (for sources
         that deliver at least once); the default keeps every row."""
         return frame
+
+    def check_window(self, spark, plan, frame) -> dict:
+        """Raise when the window's changes (``frame``: its changelog rows after
+        :meth:`drop_repeats`, on the Spark driver) prove it incomplete, naming what is missing,
+        so it stays uncommitted; return counts for the window's summary. For sources whose
+        transactions span windows (Debezium's END events); the default checks nothing."""
+        return {}
 
     def window_counts(self, counts: dict, changes: int) -> dict:
         """The window's counts once ``changes`` rows (after :meth:`drop_repeats`) are known."""

@@ -16,7 +16,8 @@ Procedure (:func:`apply_window`), one module per step:
    window's missing commits: target, tombstones (with the purge) and history, each a MERGE
    guarded by the ordering key and tagged with the window. A crash leaves any subset made;
    the re-run recomputes the same outcome from the same pre-window state and makes only the
-   missing commits, so the tables end as after one clean run (I1).
+   missing commits, so the tables end as after one clean run (I1). Then each truncated
+   table loses the rows ordered before its truncate (``truncates.py``).
 5. Result: the counts and snapshot ids (``result.py``); the checkpointed frames are released.
 
 Exactly once thus rests on both mechanisms: window tags decide which commits are missing,
@@ -38,7 +39,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_cdc.model import CdcError
-from spark_jobs.apply import declarations
+from spark_jobs.apply import declarations, truncates
 from spark_jobs.apply.config import ApplyConfig
 from spark_jobs.apply.dead_letters import commit_dead_letters
 from spark_jobs.apply.faults import InjectedFault
@@ -67,6 +68,11 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
     if not isinstance(config, ApplyConfig):
         config = ApplyConfig.from_dict(config)
     rows = window_rows(spark, config)
+    # Truncates are table-level: the fold reads row changes only, after each table's guard.
+    recorded = declarations.recorded_declarations(spark, config.changelog_table.qualified, config.window_id)
+    truncations = truncates.window_truncates(rows, recorded)
+    if truncations:
+        rows = truncates.without_truncates(rows)
     result = ApplyResult(
         stream=config.stream,
         window_id=config.window_id,
@@ -76,7 +82,7 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
     works: list[TableWork] = []
     try:
         # 1-2. Plan the window's tables from its declarations; fold each table.
-        fold = partial(fold_tables, spark, config, rows)
+        fold = partial(fold_tables, spark, config, rows, truncations=truncations)
         works = declarations.fold_from_declarations(
             spark, config.changelog_table.qualified, config.window_id, rows, fold, release
         )
@@ -96,6 +102,8 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
         # 4. Per table: target, tombstones and history, guarded by the ordering key.
         for work in works:
             commit_table(spark, config, work)
+        # 4b. Truncates: the rows ordered before each, removed after the table's commits.
+        truncates.commit_truncates(spark, config, truncations, result)
     finally:
         for work in works:
             release(work)

@@ -26,6 +26,8 @@ class TableResult:
     tombstone_snapshot_id: int | None = None
     history_snapshot_id: int | None = None
     already_applied: bool = False
+    truncates: int = 0  # truncate rows of the table in the window
+    truncated_rows: int = 0  # target rows the window's truncate removed
 
 
 @dataclass

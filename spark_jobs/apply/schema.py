@@ -65,6 +65,7 @@ class TablePlan:
     rows: int = 0
     reason: str | None = None  # set: every row of the table is dead-lettered with it
     target_exists: bool = False
+    target_properties: dict[str, str] = field(default_factory=dict)  # the existing target's
     key_names: tuple[str, ...] = ()
     key_types: dict[str, str] = field(default_factory=dict)
     columns: dict[str, str] = field(default_factory=dict)  # business column -> Spark type
@@ -102,6 +103,7 @@ class ExistingTarget:
     key_names: tuple[str, ...]
     key_types: dict[str, str]
     columns: dict[str, str]
+    properties: dict[str, str] = field(default_factory=dict)
 
 
 def read_existing_target(spark: SparkSession, target: TableName) -> ExistingTarget | None:
@@ -116,6 +118,7 @@ def read_existing_target(spark: SparkSession, target: TableName) -> ExistingTarg
         key_names=key_names,
         key_types={k: fields[k] for k in key_names if k in fields},
         columns={c: t for c, t in fields.items() if c not in key_names and c not in cdc},
+        properties=properties,
     )
 
 
@@ -169,6 +172,7 @@ def _plan_table(
         target=target,
         rows=sum(d.rows for d in declarations),
         target_exists=existing is not None,
+        target_properties=dict(existing.properties) if existing is not None else {},
         history=config.history_enabled(source_table),
     )
     plan.key_names = tuple(key_names)

@@ -31,6 +31,7 @@ from spark_jobs.apply.fold import dead_letter_rows, fold_table, ordered_changes,
 from spark_jobs.apply.partitioning import fold_partitions_for
 from spark_jobs.apply.result import TableResult
 from spark_jobs.apply.schema import Declaration, TablePlan, plan_tables
+from spark_jobs.apply.truncates import Truncation, after_guard, table_guard
 from spark_jobs.commits import WindowCommit, current_summary, table_before, window_commit
 
 
@@ -56,7 +57,12 @@ class TableWork:
 
 
 def fold_tables(
-    spark: SparkSession, config: ApplyConfig, rows: DataFrame, declarations: list[Declaration], check: bool
+    spark: SparkSession,
+    config: ApplyConfig,
+    rows: DataFrame,
+    declarations: list[Declaration],
+    check: bool,
+    truncations: Mapping[str, Truncation] | None = None,
 ) -> list[TableWork]:
     """Plan every source table of the window from ``declarations`` and fold each.
 
@@ -64,7 +70,10 @@ def fold_tables(
     another number of rows than its declarations count is marked (``declarations_disagree``),
     and so is one the declarations would dead-letter whole (no fold checks its rows); the
     caller then starts again from an aggregate of the rows (``declarations.py``).
+    ``truncations`` are the window's truncates per table (``truncates.py``): ``rows`` hold
+    none of them, and each table's fold reads its changes after its guard only.
     """
+    truncations = truncations or {}
     guessed: dict[str | None, tuple[str, ...] | None] = {}
 
     def some_keys(table: str | None) -> tuple[str, ...] | None:
@@ -74,7 +83,7 @@ def fold_tables(
     works: list[TableWork] = []
     try:
         for plan in plan_tables(spark, config, declarations, some_keys):
-            work = fold_planned_table(spark, config, plan, rows, check)
+            work = fold_planned_table(spark, config, plan, rows, check, truncations.get(plan.source_table))
             works.append(work)
             if plan.source_table in guessed and (work.other_key_groups or plan.reason is not None):
                 # A new target's keys were guessed from any one change; only when some change
@@ -85,7 +94,7 @@ def fold_tables(
                     release(works.pop())
                     mine = [d for d in declarations if d.source_table == table]
                     replanned = plan_tables(spark, config, mine, lambda _: first)[0]
-                    work = fold_planned_table(spark, config, replanned, rows, check)
+                    work = fold_planned_table(spark, config, replanned, rows, check, truncations.get(table))
                     works.append(work)
             if check and work.plan.reason is not None and not work.result.already_applied:
                 # Dead-lettered whole, from what the declarations say (types, keys), and with
@@ -106,8 +115,10 @@ def fold_planned_table(
     plan: TablePlan,
     rows: DataFrame,
     check: bool = False,
+    truncation: Truncation | None = None,
 ) -> TableWork:
-    """Steps 2-4 of the module doc for one planned table."""
+    """Steps 2-4 of the module doc for one planned table (``truncation``: its truncate in
+    the window; with ``check``, the recorded declarations counted its truncate rows)."""
     result = TableResult(
         source_table=plan.source_table,
         target_table=None if plan.target is None else plan.target.qualified,
@@ -115,6 +126,7 @@ def fold_planned_table(
     )
     work = TableWork(plan=plan, result=result)
     table_rows = _table_rows(rows, plan.source_table)
+    truncated = truncation.count if (check and truncation) else 0  # rows no fold reads
     if plan.reason is not None:
         work.dead_letters = table_rows.select("*", F.lit(plan.reason).alias("reason"))
         result.dead_letter_rows = plan.rows
@@ -135,6 +147,8 @@ def fold_planned_table(
         record_snapshots(work)
         return work
 
+    # Changes ordered before the table's truncate lost to it (``truncates.py``).
+    table_rows, late = after_guard(table_rows, table_guard(plan.target_properties, truncation))
     target_before = table_before(spark, plan.target.qualified, work.commits["target"])
     if target_before is not None:
         work.target_summary = current_summary(spark, plan.target.qualified)
@@ -166,8 +180,9 @@ def fold_planned_table(
     work.tombstones_before = tombstones_before
     observed = {name: int(value or 0) for name, value in counts.get.items()}
     _record_counts(work, observed)
+    result.superseded_changes += late
     # With ``check``, plan.rows is what the recorded declarations say; the fold counted the rows.
-    work.declarations_disagree = check and observed["rows_read"] != plan.rows
+    work.declarations_disagree = check and observed["rows_read"] + late + truncated != plan.rows
     if result.dead_letter_rows:
         work.dead_letters = dead_letter_rows(parse_changes(table_rows, plan), folded)
     work.purge_due = expired is not None and bool(expired.get["expired"])

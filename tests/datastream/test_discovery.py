@@ -52,7 +52,7 @@ def plan(store, config, index, files, owner="run"):
     return plan_window(
         store, config, win, f"{owner}-{index}", 600, initial_positions(win), "lake",
         new_partitions=file_partitions(files, win.start),
-        plan_options=lambda kept: plan_options(
+        plan_options=lambda kept, _positions: plan_options(
             kept, planned_at=win.end, allowed_lateness=LATENESS, idle_timeout=None,
         ),
     )
@@ -111,7 +111,7 @@ def test_replan_keeps_the_first_plans_instant_and_primary_keys(store, config):
         win = window(0)
         return plan_window(
             store, config, win, "run-0", 600, initial_positions(win), "lake",
-            plan_options=lambda kept: plan_options(
+            plan_options=lambda kept, _positions: plan_options(
                 kept, planned_at=at(minutes), allowed_lateness=LATENESS, idle_timeout=None,
                 source_primary_keys=lambda: keys,
             ),

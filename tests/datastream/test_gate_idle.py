@@ -54,7 +54,7 @@ def applied_window(path, tmp_path, *, idle: bool, watermark):
         store.migrate()
         plan_window(
             store, config, win, OWNER, 600, initial_positions(win), "lake",
-            plan_options=lambda kept: plan_options(
+            plan_options=lambda kept, _positions: plan_options(
                 kept, planned_at=at(60), allowed_lateness=timedelta(minutes=5),
                 idle_timeout=timedelta(minutes=10),
             ),

@@ -34,6 +34,8 @@ from airflow_cdc.capture.layout import (
     read_lines,
 )
 
+pytestmark = pytest.mark.jvm_in_process  # its own pytest process (pyproject.toml)
+
 DB = "cdc_capture_test"
 SLOT = "cdc_capture_test_slot"
 PUB = "cdc_capture_test_pub"

@@ -276,14 +276,23 @@ def test_a_redelivered_change_has_the_same_event_id():
     assert next_change.event_id != first.event_id
 
 
-def test_the_transaction_block_gives_the_transaction_id():
+def test_the_transaction_block_gives_the_transaction_id_by_its_postgresql_tx_id():
+    # PostgreSQL's metadata ids are <txId>:<LSN>, the LSN differing on BEGIN, END and each event
     line = json.loads(pg_line("c", after={"id": 1}))
     line["transaction"] = {"id": "771:2400", "total_order": 1, "data_collection_order": 1}
 
     row = row_of(json.dumps(line))
 
-    assert row.transaction_id == "771:2400"
+    assert row.transaction_id == "771"
     assert row.source_metadata["transaction"] == {"id": "771:2400", "total_order": 1, "data_collection_order": 1}
+
+
+def test_a_mysql_gtid_transaction_id_is_kept_whole():
+    from airflow_cdc.sources.debezium.envelope import transaction_key
+
+    gtid = "3e11fa47-71ca-11e1-9e33-c80aa9429562:23"
+
+    assert transaction_key(gtid) == gtid and transaction_key("771:2400") == "771"
 
 
 def test_without_a_transaction_block_postgresql_uses_the_tx_id():

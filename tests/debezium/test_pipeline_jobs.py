@@ -1,9 +1,10 @@
 """Real PostgreSQL -> real Debezium (the capture) -> the sink layout -> the Debezium source
 through the extract and apply Spark jobs -> Iceberg targets equal to the tables.
 
-Two windows: the first holds the initial snapshot (READ events); the second the changes made
-after it (an update leaving a TOASTed column unchanged, a delete, a key change, a
-multi-table transaction), captured by a second run that resumes the source position.
+Three windows: the first holds the initial snapshot (READ events); the second the changes
+made after it (an update leaving a TOASTed column unchanged, a delete, a key change, a
+multi-table transaction checked against its END event), captured by a second run that
+resumes the source position; the third a truncate followed by an insert.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from airflow_cdc.sources.registry import build_source
 from airflow_cdc.state import StateStore
 from spark_jobs import apply_job
 from spark_jobs.extract import extract_window
+
+pytestmark = pytest.mark.jvm_in_process  # its own pytest process (pyproject.toml)
 
 DB = "cdc_dbz_jobs"
 SLOT = "cdc_dbz_jobs_slot"
@@ -85,6 +88,7 @@ def capture_once(output: Path) -> None:
             "table.include.list": "public.customers,public.orders", "slot.name": SLOT,
             "publication.name": "cdc_dbz_jobs_pub", "publication.autocreate.mode": "filtered",
             "heartbeat.interval.ms": 300, "provide.transaction.metadata": True,
+            "skipped.operations": "none",  # Debezium skips truncates ("t") by default
         },
     }, until_idle_seconds=3, max_seconds=120)
 
@@ -109,8 +113,8 @@ def windows(database, spark, tmp_path_factory):
         found = source.discover(window, datetime.now(timezone.utc), None)
         plan = plan_window(store, config, window, "run", 600, source.initial_positions(window),
                            "lake", new_partitions=found.partitions,
-                           plan_options=lambda kept: source.plan_options(
-                               kept, datetime.now(timezone.utc), None))
+                           plan_options=lambda kept, positions: source.plan_options(
+                               kept, datetime.now(timezone.utc), None, positions))
         extracted = extract_window(spark, plan, str(config.outcome_path(window)))
         store.mark_extracted(window, "run", extracted["snapshot_id"])
         commit_window(store, config, window, "run")
@@ -134,8 +138,25 @@ def windows(database, spark, tmp_path_factory):
                INSERT INTO orders VALUES (3, 4, 30); COMMIT;
     """)
     capture_once(sink)  # resumes the source position: only the changes
-    run_window(Window(stream_id, middle, datetime.now(timezone.utc)))
+    later = datetime.now(timezone.utc)
+    run_window(Window(stream_id, middle, later))
+    execute("TRUNCATE orders; INSERT INTO orders VALUES (5, 1, 50);")
+    capture_once(sink)
+    redeliver_customer_changes(sink)  # as a connector restart does: the same events, new offsets
+    run_window(Window(stream_id, later, datetime.now(timezone.utc)))
     return {"results": results, "namespace": f"{stream_id}_t", "config": config}
+
+
+def redeliver_customer_changes(sink: Path) -> None:
+    """Append the customers topic's change events (not the snapshot's) again as a new file at
+    the next offset: what the sink holds after a connector restarts from an older offset."""
+    folder = sink / "topics" / f"{PREFIX}.public.customers" / "partition=0"
+    lines = []
+    for path in sorted(folder.glob("*.json")):
+        lines += [line for line in path.read_text().splitlines() if '"op":"r"' not in line.replace(" ", "")]
+    last = sorted(folder.glob("*.json"))[-1]
+    next_offset = int(last.stem.rsplit("+", 1)[1]) + len(last.read_text().splitlines())
+    (folder / f"{PREFIX}.public.customers+0+{next_offset:010d}.json").write_text("\n".join(lines) + "\n")
 
 
 def rows(spark, table: str) -> dict:
@@ -167,6 +188,27 @@ def test_decimals_keep_their_exact_value(windows, spark):
 
 
 def test_the_snapshot_is_the_first_window_and_the_changes_the_second(windows):
-    first, second = windows["results"]
+    first, second, _ = windows["results"]
 
     assert first["counts"]["events"] == 5 and second["counts"]["events"] == 6
+
+
+def test_the_transactions_of_a_window_are_checked_against_their_end_events(windows):
+    _, second, _ = windows["results"]
+
+    # psycopg2 sends the statements as one query: one transaction of 4 + 2 events
+    assert second["counts"]["transactions_checked"] == 1
+
+
+def test_events_delivered_again_with_new_offsets_land_once(windows, spark):
+    third = windows["results"][2]["counts"]
+
+    assert third["duplicates"] >= 4 and third["changes"] == third["events"] - third["duplicates"]
+    assert rows(spark, f"lake.{windows['namespace']}.public_customers")[1]["name"] == "ada l."
+
+
+def test_a_truncate_empties_the_target_before_the_rows_inserted_after_it(windows, spark):
+    orders = rows(spark, f"lake.{windows['namespace']}.public_orders")
+
+    assert {i: o["quantity"] for i, o in orders.items()} == {5: 50}
+    assert windows["results"][2]["counts"]["truncates"] == 1

@@ -58,6 +58,7 @@ def source_for(sink: Path, options=None):
 
 
 WINDOW = Window("shop", T0, T0 + timedelta(minutes=10))
+FROM_START = (PartitionPosition(f"{ORDERS}+0", T0, "0"), PartitionPosition(f"{HEARTBEATS}+0", T0, "0"))
 
 
 def test_every_topic_partition_the_sink_wrote_is_a_partition(sink):
@@ -77,7 +78,7 @@ def test_the_window_waits_for_a_heartbeat_past_its_end_plus_the_flush_lateness(s
 
 def test_a_window_reads_its_planned_files_and_resumes_at_the_next_offset(sink):
     planner = source_for(sink)
-    options = planner.plan_options(None, T0 + timedelta(hours=1), None)
+    options = planner.plan_options(None, T0 + timedelta(hours=1), None, FROM_START)
     read = source_for(sink, options).read_partition(
         WINDOW, PartitionPosition(f"{ORDERS}+0", T0, "0"))
 
@@ -89,7 +90,7 @@ def test_a_window_reads_its_planned_files_and_resumes_at_the_next_offset(sink):
 
 
 def test_events_of_a_table_without_key_columns_go_to_dead_letters_with_the_reason(sink):
-    options = source_for(sink).plan_options(None, T0 + timedelta(hours=1), None)
+    options = source_for(sink).plan_options(None, T0 + timedelta(hours=1), None, FROM_START)
     read = source_for(sink, options).read_partition(
         WINDOW, PartitionPosition(f"{ORDERS}+0", T0, "0"))
 
@@ -97,10 +98,30 @@ def test_events_of_a_table_without_key_columns_go_to_dead_letters_with_the_reaso
 
 
 def test_files_written_after_the_plan_wait_for_the_next_window(sink):
-    options = source_for(sink).plan_options(None, T0 + timedelta(hours=1), None)
+    options = source_for(sink).plan_options(None, T0 + timedelta(hours=1), None, FROM_START)
     write(sink, ORDERS, 5, [change("u", 2, T0 + timedelta(minutes=11), 500)])
 
     read = source_for(sink, options).read_partition(
         WINDOW, PartitionPosition(f"{ORDERS}+0", T0, "0"))
 
     assert read.outcome.resume_position == "5"
+
+
+def test_the_plan_names_the_exact_files_each_topic_partition_reads_from_its_resume_offset(sink):
+    positions = (PartitionPosition(f"{ORDERS}+0", T0, "4"), PartitionPosition(f"{HEARTBEATS}+0", T0, "0"))
+
+    options = source_for(sink).plan_options(None, T0 + timedelta(hours=1), None, positions)
+
+    assert options["files"] == {
+        f"{ORDERS}+0": [f"topics/{ORDERS}/partition=0/{ORDERS}+0+0000000004.json"],
+        f"{HEARTBEATS}+0": [f"topics/{HEARTBEATS}/partition=0/{HEARTBEATS}+0+0000000000.json"],
+    }
+
+
+def test_a_re_plan_keeps_the_files_an_earlier_attempt_named(sink):
+    first = source_for(sink).plan_options(None, T0 + timedelta(hours=1), None, FROM_START)
+    write(sink, ORDERS, 5, [change("u", 2, T0 + timedelta(minutes=11), 500)])
+
+    again = source_for(sink).plan_options(first, T0 + timedelta(hours=2), None, FROM_START)
+
+    assert again == first

@@ -149,7 +149,8 @@ class BigtableChangeStreamSource(ChangeSource):
         """One stand-in partition: its read lists the table's partitions, read from ``s``."""
         return [PartitionPosition(INITIAL_PARTITION, window.start)]
 
-    def plan_options(self, kept: Mapping | None, planned_at: datetime, hook: Any) -> dict:
+    def plan_options(self, kept: Mapping | None, planned_at: datetime, hook: Any,
+                     positions: Sequence[PartitionPosition] = ()) -> dict:
         """A re-plan keeps the first plan's ``unconfirmed`` flag (set from the readiness
         answer when the ``open`` stall policy opened the window, :mod:`.readiness`)."""
         if kept is not None:

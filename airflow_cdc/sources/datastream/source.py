@@ -120,7 +120,8 @@ class DatastreamSource(ChangeSource):
             {"listed": len(listed), "unsettled": len(listed) - len(files)},
         )
 
-    def plan_options(self, kept: Mapping | None, planned_at: datetime, hook: Any) -> dict:
+    def plan_options(self, kept: Mapping | None, planned_at: datetime, hook: Any,
+                     positions: Sequence[PartitionPosition] = ()) -> dict:
         from airflow_cdc.sources.datastream.plan import plan_options
 
         return plan_options(

@@ -68,6 +68,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -205,6 +206,16 @@ class Truncate:
     transaction_id: str | None = None
     partition_id: str | None = None
     source_metadata: dict = field(default_factory=dict)
+
+    def change_row(self) -> ChangeRow:
+        """The changelog row of the truncate: op TRUNCATE, no keys, no values."""
+        return ChangeRow(
+            stream=self.stream, window_id=self.window_id, source_table=self.source_table,
+            op=Op.TRUNCATE, image=Image.FULL, keys={}, new_values=None, old_values=None,
+            column_types={}, commit_ts=self.commit_ts, ordering_key=self.ordering_key,
+            transaction_id=self.transaction_id, event_id=self.event_id,
+            partition_id=self.partition_id, source_metadata=self.source_metadata,
+        )
 
 
 # --- parsing -----------------------------------------------------------------------------------
@@ -443,20 +454,12 @@ def change_of(
     :class:`MalformedEventError` for anything else that cannot be mapped.
     """
     table = event.source_table
-    names = list(key_columns.get(table) or ())
-    if not names:
-        known = ", ".join(sorted(key_columns)) or "none"
-        raise KeylessTableError(
-            f"events for tables without a key: table {table!r} has no key columns (tables with "
-            f"keys: {known}); declare them in key_columns ({{{table!r}: [...]}}), or give the "
-            f"table a primary key and declare it"
-        )
     position = source_position(event.source)
     key_order = ordering_key(position, event.op)
     commit_ts = _commit_ts(event)
     metadata = _metadata(event, position)
     transaction_id = _transaction_id(event)
-    if event.op == "t":
+    if event.op == "t":  # table-level: no key needed
         return Truncate(
             stream=stream,
             window_id=window_id,
@@ -467,6 +470,14 @@ def change_of(
             transaction_id=transaction_id,
             partition_id=partition_id,
             source_metadata=metadata,
+        )
+    names = list(key_columns.get(table) or ())
+    if not names:
+        known = ", ".join(sorted(key_columns)) or "none"
+        raise KeylessTableError(
+            f"events for tables without a key: table {table!r} has no key columns (tables with "
+            f"keys: {known}); declare them in key_columns ({{{table!r}: [...]}}), or give the "
+            f"table a primary key and declare it"
         )
     conversions = _conversions(event, table, column_types)
     op = CHANGE_OPS[event.op]
@@ -581,9 +592,24 @@ def _commit_ts(event: ChangeEvent) -> datetime:
     raise MalformedEventError(f"{event.op} event of {event.source_table!r} has no source.ts_ms nor ts_ms")
 
 
+_POSTGRESQL_TRANSACTION = re.compile(r"^(\d+):\d+$")
+
+
+def transaction_key(transaction_id: str) -> str:
+    """The part of a transaction metadata id that names the transaction.
+
+    Debezium's PostgreSQL connector writes ids ``<txId>:<LSN>`` whose LSN differs between the
+    BEGIN event, the change events and the END event of one transaction (each carries the
+    LSN it was emitted at), so the ``txId`` names it; other connectors' ids (MySQL's GTID
+    ``<server uuid>:<n>``) are the same on all of them and are kept whole.
+    """
+    found = _POSTGRESQL_TRANSACTION.match(transaction_id)
+    return found.group(1) if found else transaction_id
+
+
 def _transaction_id(event: ChangeEvent) -> str | None:
     if event.transaction is not None:
-        return event.transaction.id
+        return transaction_key(event.transaction.id)
     if event.connector == POSTGRESQL:
         tx = event.source.get("txId")
         return None if tx is None else str(tx)

@@ -1,8 +1,9 @@
 """The errors of the Debezium source: each names the event, the value and the fix.
 
 They live apart from :mod:`.envelope` and :mod:`.types` so that both raise them without
-importing each other. Every one of them sends the line it concerns to the dead-letter table
-(with its message as the reason): the source never drops a line silently.
+importing each other. Every line error (:class:`MalformedEventError` and its kinds) sends the
+line it concerns to the dead-letter table (with its message as the reason): the source never
+drops a line silently. :class:`IncompleteTransactionError` fails the window instead.
 """
 
 from __future__ import annotations
@@ -24,3 +25,8 @@ class UnsupportedDebeziumTypeError(MalformedEventError):
 
 class UnsupportedConnectorError(MalformedEventError):
     """An event of a Debezium connector whose source position this source cannot order."""
+
+
+class IncompleteTransactionError(CdcError):
+    """A transaction's END counts more events of a table than the window and the changelog
+    hold: the window cannot be proven complete and stays uncommitted."""

@@ -36,6 +36,8 @@ from airflow_cdc.model import PartitionOutcome, PartitionPosition, Readiness, Wi
 from airflow_cdc.sources.base import ChangeSource, DeadLetter, Discovery, PartitionRead
 from airflow_cdc.sources.debezium.envelope import (
     DEFAULT_PLACEHOLDER,
+    HEARTBEAT_TOPIC_PREFIX,
+    TRANSACTION_TOPIC_SUFFIX,
     ChangeEvent,
     Heartbeat,
     LogicalMessage,
@@ -47,11 +49,12 @@ from airflow_cdc.sources.debezium.envelope import (
 )
 from airflow_cdc.sources.debezium.errors import MalformedEventError
 from airflow_cdc.sources.debezium.layout import (
+    SinkLayoutError,
+    SinkListing,
     files_from,
     list_sink_files,
-    local_lister,
-    local_reader,
     parse_partition_id,
+    parse_sink_path,
     partition_id,
     read_sink_file,
 )
@@ -65,7 +68,7 @@ def table_identifier(source_table: str) -> str:
     takes as the target's name (``key_columns`` keep the source's own spelling)."""
     return _NOT_IDENTIFIER.sub("_", source_table)
 
-BOUNDS_OPTION = "bounds"
+FILES_OPTION = "files"
 EVIDENCE_OPTION = "evidence"
 DEFAULT_FLUSH_LATENESS = 60.0
 
@@ -74,8 +77,9 @@ class DebeziumSource(ChangeSource):
     kind = SOURCE_KIND
     ordering_key_parts = ("connector log position (PostgreSQL commit LSN, event LSN; MySQL "
                           "binlog file, position, row)",)
-    summary_counts = ("events", "tombstones", "messages", "transaction_events", "heartbeats",
-                      "dead_letters")
+    summary_counts = ("events", "truncates", "tombstones", "messages", "transaction_events",
+                      "heartbeats", "transactions_checked", "dead_letters")
+    airflow_hook = "airflow_cdc.hooks.debezium:DebeziumSinkHook"
 
     def __init__(self, spec: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> None:
         super().__init__(spec, options)
@@ -91,21 +95,24 @@ class DebeziumSource(ChangeSource):
 
     @property
     def heartbeat_partition(self) -> str:
-        return partition_id(f"__debezium-heartbeat.{self.topic_prefix}", 0)
+        return partition_id(f"{HEARTBEAT_TOPIC_PREFIX}.{self.topic_prefix}", 0)
+
+    @property
+    def transaction_topic(self) -> str:
+        return f"{self.topic_prefix}{TRANSACTION_TOPIC_SUFFIX}"
 
     @classmethod
     def validate_spec(cls, stream_id: str, spec: Mapping[str, Any]) -> dict:
         from airflow_cdc.model import validate_identifier
+        from airflow_cdc.sources.debezium.storage import is_gs_uri, split_gs_uri
 
         prefix = spec.get("prefix")
         if not prefix or not isinstance(prefix, str):
             raise ValueError(
                 f"Debezium sink prefix {prefix!r} of stream {stream_id!r} is empty: give the "
                 f"folder (or gs://bucket/path) the Kafka Connect sink writes topics/ under")
-        if prefix.startswith("gs://"):
-            raise ValueError(
-                f"Debezium sink prefix {prefix!r} of stream {stream_id!r}: gs:// is not read "
-                f"yet by this version; copy the sink to a local folder or mount it")
+        if is_gs_uri(prefix):
+            split_gs_uri(prefix)
         topic_prefix = spec.get("topic_prefix")
         if not topic_prefix or not isinstance(topic_prefix, str):
             raise ValueError(
@@ -125,11 +132,30 @@ class DebeziumSource(ChangeSource):
             recorded["column_types"] = {str(t): dict(c) for t, c in spec["column_types"].items()}
         if spec.get("settings"):
             recorded["settings"] = dict(spec["settings"])
-        return recorded
+        return recorded  # never the extract's connection (a token): it is not in any file
 
     # --- the sink ---------------------------------------------------------------------------
-    def _listing(self):
-        return list_sink_files(local_lister, self.prefix, self.topics_dir)
+    def _access(self, hook: Any = None):
+        """(lister, reader) of the sink: through the Airflow hook on the Airflow side, through
+        the connection :meth:`extract_overrides` handed over on Spark (no Airflow there)."""
+        if hook is not None:
+            return hook.access(self.prefix)
+        from airflow_cdc.sources.debezium.storage import sink_access
+
+        return sink_access(self.prefix, self.spec.get("connection"))
+
+    def _listing(self, lister) -> SinkListing:
+        return list_sink_files(lister, self.prefix, self.topics_dir)
+
+    def _relative(self, sink_file) -> str:
+        return sink_file.path[len(self.prefix.rstrip("/")) + 1:]
+
+    def _planned_file(self, relative: str):
+        path = f"{self.prefix.rstrip('/')}/{relative}"
+        parsed = parse_sink_path(path)
+        if parsed is None:
+            raise SinkLayoutError(f"planned file {relative!r} does not follow the sink layout")
+        return parsed
 
     # --- step 0 -------------------------------------------------------------------------------
     def evidence_delay(self) -> timedelta:
@@ -141,7 +167,8 @@ class DebeziumSource(ChangeSource):
         if now < due:
             return Readiness(False, f"no heartbeat can prove {format_ts(window.end)} before "
                                     f"{format_ts(due)}", retry_at=due)
-        newest = self._newest_heartbeat()
+        lister, reader = self._access(hook)
+        newest = self._newest_heartbeat(self._listing(lister), reader)
         if newest is not None and newest >= due:
             return Readiness(True, f"heartbeat at {format_ts(newest)} in the sink")
         seen = format_ts(newest) if newest else "none yet"
@@ -149,11 +176,10 @@ class DebeziumSource(ChangeSource):
                                 f"back: newest heartbeat {seen}, needed {format_ts(due)} (check "
                                 f"heartbeat.interval.ms and the sink's rotation)")
 
-    def _newest_heartbeat(self) -> datetime | None:
+    def _newest_heartbeat(self, listing: SinkListing, reader) -> datetime | None:
         topic, part = parse_partition_id(self.heartbeat_partition)
-        files = self._listing().of(topic, part)
-        for sink_file in reversed(files):
-            beats = [parse_line(line) for _, line in read_sink_file(local_reader, sink_file)]
+        for sink_file in reversed(listing.of(topic, part)):
+            beats = [parse_line(line) for _, line in read_sink_file(reader, sink_file)]
             times = [b.at for b in beats if isinstance(b, Heartbeat)]
             if times:
                 return max(times)
@@ -164,67 +190,91 @@ class DebeziumSource(ChangeSource):
         return [PartitionPosition(self.heartbeat_partition, window.start, "0")]
 
     def discover(self, window: Window, now: datetime, hook: Any) -> Discovery:
-        listing = self._listing()
+        lister, _ = self._access(hook)
+        listing = self._listing(lister)
         found = tuple(PartitionPosition(partition_id(t, p), window.start, "0")
                       for t, p in listing.topic_partitions())
         return Discovery(found, {"files": len(listing.files), "unmatched": len(listing.unmatched)})
 
-    def plan_options(self, kept: Mapping | None, planned_at: datetime, hook: Any) -> dict:
-        """The last file of each topic-partition now: the window reads up to its end."""
+    def plan_options(self, kept: Mapping | None, planned_at: datetime, hook: Any,
+                     positions: Sequence[PartitionPosition] = ()) -> dict:
+        """The exact files each topic-partition's read takes (from its resume offset to the
+        last file listed now, by path under the prefix), and the heartbeat evidence."""
         if kept is not None:
-            return {k: kept[k] for k in (BOUNDS_OPTION, EVIDENCE_OPTION) if k in kept}
-        bounds = {}
-        for sink_file in self._listing().files:
-            bounds[sink_file.partition_id] = max(bounds.get(sink_file.partition_id, -1),
-                                                 sink_file.start_offset)
-        newest = self._newest_heartbeat()
-        return {BOUNDS_OPTION: bounds,
+            return {k: kept[k] for k in (FILES_OPTION, EVIDENCE_OPTION) if k in kept}
+        lister, reader = self._access(hook)
+        listing = self._listing(lister)
+        files = {}
+        for position in positions:
+            topic, part = parse_partition_id(position.partition_id)
+            chosen = files_from(listing, topic, part, int(position.resume_position or 0)).files
+            files[position.partition_id] = [self._relative(f) for f in chosen]
+        newest = self._newest_heartbeat(listing, reader)
+        return {FILES_OPTION: files,
                 EVIDENCE_OPTION: format_ts(newest - self.flush_lateness) if newest else None}
 
+    def plan_summary(self, plan) -> dict:
+        files = plan.options.get(FILES_OPTION) or {}
+        return {"files_planned": sum(len(names) for names in files.values())}
+
     # --- step 2 -------------------------------------------------------------------------------
+    def extract_overrides(self, hook: Any) -> dict:
+        """The executors' way to the sink: for ``gs://``, a token the hook mints now."""
+        connection = hook.extract_connection(self.prefix) if hook is not None else {}
+        return {"connection": connection} if connection else {}
+
+    def _planned_lines(self, reader, window: Window, position: PartitionPosition):
+        """(offset, line) of the planned files of ``position`` from its resume offset on. The
+        transaction topic's lines stop at the first BEGIN or END at or after the window end:
+        the next window reads (and checks) those transactions, once their events are proven
+        in the sink (:mod:`.transactions`)."""
+        topic, _ = parse_partition_id(position.partition_id)
+        planned = (self.options.get(FILES_OPTION) or {}).get(position.partition_id, [])
+        resume = int(position.resume_position or 0)
+        end_ms = (window.end - datetime(1970, 1, 1, tzinfo=window.end.tzinfo)) // timedelta(milliseconds=1)
+        for relative in planned:
+            for offset, line in read_sink_file(reader, self._planned_file(relative), resume):
+                if topic == self.transaction_topic and _transaction_at_or_after(line, end_ms):
+                    return
+                yield offset, line
+
     def read_partition(self, window: Window, position: PartitionPosition) -> PartitionRead:
         from airflow_cdc.model import parse_ts
 
-        topic, part = parse_partition_id(position.partition_id)
-        bound = (self.options.get(BOUNDS_OPTION) or {}).get(position.partition_id, -1)
+        topic, _ = parse_partition_id(position.partition_id)
         evidence = self.options.get(EVIDENCE_OPTION)
         resume = int(position.resume_position or 0)
-        listing = self._listing()
-        chosen = [f for f in files_from(listing, topic, part, resume).files
-                  if f.start_offset <= bound]
+        _, reader = self._access()
         rows, dead = [], []
-        counts = dict.fromkeys(("events", "tombstones", "messages", "transaction_events",
-                                "heartbeats"), 0)
+        counts = dict.fromkeys(("events", "truncates", "tombstones", "messages",
+                                "transaction_events", "heartbeats"), 0)
         next_offset = resume
-        for sink_file in chosen:
-            for offset, line in read_sink_file(local_reader, sink_file, resume):
-                next_offset = offset + 1
-                try:
-                    event = parse_line(line, topic)
-                    if isinstance(event, Tombstone):
-                        counts["tombstones"] += 1
-                    elif isinstance(event, LogicalMessage):
-                        counts["messages"] += 1
-                    elif isinstance(event, TransactionEvent):
-                        counts["transaction_events"] += 1
-                    elif isinstance(event, Heartbeat):
-                        counts["heartbeats"] += 1
-                    elif isinstance(event, ChangeEvent):
-                        change = change_of(
-                            event, stream=window.stream_id, window_id=window.window_id,
-                            key_columns=self.key_columns, partition_id=position.partition_id,
-                            column_types=self.column_types, placeholder=self.placeholder)
-                        if isinstance(change, Truncate):
-                            raise MalformedEventError(
-                                f"truncate of {change.source_table} at offset {offset}: this "
-                                f"version does not empty targets yet; apply it by hand and "
-                                f"re-run, or add 't' to the connector's skipped.operations")
-                        rows.append(replace(change, source_table=table_identifier(
-                            change.source_table)))
-                        counts["events"] += 1
-                except MalformedEventError as error:
-                    dead.append(DeadLetter(position.partition_id, line, str(error),
-                                           event_id=f"{position.partition_id}@{offset}"))
+        for offset, line in self._planned_lines(reader, window, position):
+            next_offset = offset + 1
+            try:
+                event = parse_line(line, topic)
+                if isinstance(event, Tombstone):
+                    counts["tombstones"] += 1
+                elif isinstance(event, LogicalMessage):
+                    counts["messages"] += 1
+                elif isinstance(event, TransactionEvent):
+                    counts["transaction_events"] += 1
+                elif isinstance(event, Heartbeat):
+                    counts["heartbeats"] += 1
+                elif isinstance(event, ChangeEvent):
+                    change = change_of(
+                        event, stream=window.stream_id, window_id=window.window_id,
+                        key_columns=self.key_columns, partition_id=position.partition_id,
+                        column_types=self.column_types, placeholder=self.placeholder)
+                    if isinstance(change, Truncate):
+                        change = change.change_row()
+                        counts["truncates"] += 1
+                    rows.append(replace(change, source_table=table_identifier(
+                        change.source_table)))
+                    counts["events"] += 1
+            except MalformedEventError as error:
+                dead.append(DeadLetter(position.partition_id, line, str(error),
+                                       event_id=f"{position.partition_id}@{offset}"))
         watermark = window.end
         if evidence is not None:
             watermark = max(position.start, min(parse_ts(evidence), window.end))
@@ -242,5 +292,23 @@ class DebeziumSource(ChangeSource):
     def window_counts(self, counts: dict, changes: int) -> dict:
         return {**counts, "changes": changes, "duplicates": counts.get("events", 0) - changes}
 
+    def check_window(self, spark, plan, frame) -> dict:
+        """Transaction metadata: every transaction whose END this window read, committed
+        before the window end, holds its END's count of events per table (``transactions``)."""
+        from airflow_cdc.sources.debezium.transactions import check_transactions
+
+        return check_transactions(self, spark, plan, frame)
+
     def lineage_inputs(self, resolved) -> list[tuple[str, str]]:
+        if self.prefix.startswith("gs://"):
+            bucket, _, path = self.prefix[len("gs://"):].partition("/")
+            return [(f"gs://{bucket}", path or "/")]
         return [("file", self.prefix)]
+
+
+def _transaction_at_or_after(line: str, end_ms: int) -> bool:
+    try:
+        event = parse_line(line)
+    except MalformedEventError:
+        return False  # read, and dead-lettered with its reason
+    return isinstance(event, TransactionEvent) and event.ts_ms is not None and event.ts_ms >= end_ms

@@ -1,0 +1,64 @@
+"""At-least-once delivery: an event read twice (a restart's copy in the same window as its
+original, or in a later one) lands once in the changelog; rows without an event id are kept."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from airflow_cdc.model import CHANGELOG_COLUMNS, change_row_to_record
+from airflow_cdc.sources.base import drop_seen_event_ids
+from airflow_cdc.sources.debezium.envelope import change_of, parse_line
+
+from .test_source import ORDERS, T0, change
+
+STREAM = "shop"
+EVENT_ID = [name for name, _ in CHANGELOG_COLUMNS].index("event_id")
+
+
+def records(*events, window_id="w1", event_id=None):
+    for event in events:
+        row = change_of(parse_line(json.dumps(event)), stream=STREAM, window_id=window_id,
+                        key_columns={"public.orders": ["id"]}, partition_id=f"{ORDERS}+0")
+        record = change_row_to_record(row)
+        if event_id is not None:
+            record["event_id"] = event_id
+        yield tuple(record.values())
+
+
+def frame_of(spark, rows):
+    from spark_jobs.changelog import changelog_schema
+
+    return spark.createDataFrame(list(rows), changelog_schema())
+
+
+def test_an_event_read_twice_in_one_window_is_kept_once(spark):
+    event = change("c", 1, T0 + timedelta(minutes=1), 100)
+    other = change("c", 2, T0 + timedelta(minutes=1), 200)
+    frame = frame_of(spark, records(event, event, other))
+
+    kept = drop_seen_event_ids(spark, "lake.dbz_repeats.none", STREAM, frame)
+
+    assert sorted(r.event_id for r in kept.collect()) == sorted({r[EVENT_ID] for r in records(event, other)})
+
+
+def test_rows_without_an_event_id_are_all_kept(spark):
+    event = change("c", 1, T0 + timedelta(minutes=1), 100)
+    rows = [tuple(None if i == EVENT_ID else v for i, v in enumerate(r)) for r in records(event, event)]
+
+    kept = drop_seen_event_ids(spark, "lake.dbz_repeats.none", STREAM, frame_of(spark, rows))
+
+    assert kept.count() == 2
+
+
+def test_an_event_an_earlier_window_committed_is_dropped(spark):
+    table = "lake.dbz_repeats.changelog"
+    first = change("c", 1, T0 + timedelta(minutes=1), 100)
+    second = change("c", 2, T0 + timedelta(minutes=2), 200)
+    spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.dbz_repeats")
+    spark.sql(f"DROP TABLE IF EXISTS {table}")
+    frame_of(spark, records(first, window_id="w0")).writeTo(table).using("iceberg").create()
+
+    kept = drop_seen_event_ids(spark, table, STREAM, frame_of(spark, records(first, second)))
+
+    assert [r.event_id for r in kept.collect()] == [next(records(second))[EVENT_ID]]
