@@ -8,8 +8,11 @@ Two ways to wait, one rule (:func:`airflow_cdc.pipeline.protocol.gate_status`):
 
 * poke mode (the default unless ``[operators] default_deferrable`` is on): the worker slot
   polls every ``poke_interval``;
-* ``deferrable=True``: the task defers to :class:`CdcWindowCompleteTrigger`, which polls in
-  the triggerer and frees the worker slot. ``timeout`` and ``soft_fail`` behave as in Airflow's
+* ``deferrable=True``: the task checks once and, when the window is not yet complete, defers
+  to :class:`CdcWindowCompleteTrigger`, which polls in the triggerer and frees the worker
+  slot. Checking first keeps a window that is already complete (the usual case: the gate
+  runs after apply) off Airflow's defer-and-resume path, where a trigger that fires at once
+  can lose the task to a scheduler race (apache/airflow#72716). ``timeout`` and ``soft_fail`` behave as in Airflow's
   own sensors: a timeout fails the task with AirflowSensorTimeout (skips it with soft_fail),
   naming the partitions that held the window back.
 
@@ -96,6 +99,12 @@ class CdcWindowCompleteSensor(BaseSensorOperator):
                     f"{error}\nwindow of stream {self.stream_id!r} stayed closed: "
                     f"{self._last_reason}"
                 ) from error
+        store = CdcStateHook(cdc_state_conn_id=self.cdc_state_conn_id).get_store()
+        window = window_from_context(self.stream_id, context)
+        status = gate_status(store, window, self._covers())
+        if status.open:
+            return self._complete(context, store, window, status.reason, polls=0)
+        self.log.info("window %s is not complete yet: %s", window.window_id, status.reason)
         self._defer(context)
 
     def poke(self, context) -> bool:

@@ -1,12 +1,14 @@
 """The completeness gate as an Airflow task (dag.test runs its trigger inline).
 
 ``dags/cdc_window_gate.py`` runs only the gate, against a state store prepared here: a
-complete window, a stalled one, and the same gate in poke mode.
+complete window, a stalled one, one that catches up while its gate is deferred, and the same
+gate in poke mode.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from datetime import timedelta
 from pathlib import Path
 
@@ -70,17 +72,19 @@ def sandbox(airflow_db, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def completed(sandbox):
-    """W1 applied, then its gate run deferred through dag.test."""
+    """W1 applied, then its deferrable gate run through dag.test."""
     applied(sandbox, window=W1)
     return gate_dag().test(logical_date=W1.end)
 
 
-def test_deferrable_gate_defers_to_the_trigger_and_resumes_to_success(completed, audit_events):
-    assert audit_events(completed, "window_complete") == ["running", "deferred", "running", "success"]
+def test_deferrable_gate_completes_a_window_already_proven_complete_without_deferring(
+    completed, audit_events
+):
+    assert audit_events(completed, "window_complete") == ["running", "success"]
     assert task_state(completed) == "success"
 
 
-def test_deferred_gate_marks_the_window_complete(completed, sandbox):
+def test_deferrable_gate_marks_the_window_complete(completed, sandbox):
     assert sandbox.get_window("orders", W1.start).state is WindowState.COMPLETE
 
 
@@ -154,13 +158,26 @@ def test_stalled_window_with_soft_fail_skips_the_gate(sandbox):
     assert task_state(run, "report") == "skipped"
 
 
+def test_deferrable_gate_defers_while_a_partition_lags_and_resumes_when_it_catches_up(
+    sandbox, audit_events
+):
+    # W2's partition b stalled; W3, committed while W2's gate is deferred, carries it to W3's
+    # end, past W2's end.
+    catch_up = threading.Timer(1.0, applied, kwargs={"store": sandbox, "window": W3})
+    catch_up.start()
+    try:
+        run = gate_dag().test(logical_date=W2.end)
+    finally:
+        catch_up.join()
+    assert audit_events(run, "window_complete") == ["running", "deferred", "running", "success"]
+    assert sandbox.get_window("orders", W2.start).state is WindowState.COMPLETE
+
+
 def test_poke_mode_gate_completes_the_window_without_deferring(sandbox, audit_events):
-    # W2's partition b stalled; W3 carries it to W3's end, past W2's end.
-    applied(sandbox, window=W3)
-    run = gate_dag(CDC_GATE_DEFERRABLE="false").test(logical_date=W2.end)
+    run = gate_dag(CDC_GATE_DEFERRABLE="false").test(logical_date=W3.end)
     assert "deferred" not in audit_events(run, "window_complete")
     assert task_state(run) == "success"
-    assert sandbox.get_window("orders", W2.start).state is WindowState.COMPLETE
+    assert sandbox.get_window("orders", W3.start).state is WindowState.COMPLETE
 
 
 def test_default_deferrable_setting_makes_the_gate_deferrable(monkeypatch):

@@ -21,7 +21,7 @@ SETTINGS = LiveSettings(windows=2, window_seconds=60, lateness_seconds=10, settl
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
-    return run_live(SETTINGS, tmp_path_factory.mktemp("live") / "run", log=lambda m: None)
+    return run_live(SETTINGS, tmp_path_factory.mktemp("live") / "run", log=print)  # shown when a test fails
 
 
 def test_every_scheduled_window_completes_without_a_failed_run(live):
