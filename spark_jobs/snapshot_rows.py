@@ -1,0 +1,132 @@
+"""Rows a parallel snapshot read over JDBC, as the changelog's READ change rows, in Spark.
+
+The rows never pass through Python: every column becomes its changelog text (the text
+:func:`airflow_cdc.model.value_text` gives the same value in a Debezium event) with Spark SQL,
+and its canonical type (:mod:`airflow_cdc.sources.column_types`) comes from the Spark type the
+JDBC reader gave it, the way Debezium's default mapping types the same column:
+
+==============================  ==================  =========================================
+Spark type (JDBC)               canonical           changelog text
+==============================  ==================  =========================================
+byte, short, int, long          INT64               decimal digits
+decimal(p,s) (numeric(p,s))     NUMERIC(p,s)        exact decimal text
+string (text, varchar, ...)     STRING              as is
+boolean                         BOOL                ``true`` / ``false``
+float, double                   FLOAT32, FLOAT64    Spark's text (``NaN``, ``1.0E10``)
+date                            DATE                ``YYYY-MM-DD``
+timestamp (timestamptz)         TIMESTAMP           ``YYYY-MM-DDTHH:MM:SS.ffffffZ`` (UTC)
+timestamp_ntz (timestamp)       DATETIME            ``YYYY-MM-DDTHH:MM:SS.ffffff``
+binary (bytea, blob)            BYTES               base64
+==============================  ==================  =========================================
+
+PostgreSQL ``timestamp without time zone`` arrives as ``timestamp_ntz`` because the reader is
+given ``preferTimestampNTZ``; a ``numeric`` without precision is read as text
+(``customSchema``) and typed PG_NUMERIC, as Debezium's VariableScaleDecimal is, so no digit is
+rounded to Spark's decimal(38,18). Any other type is refused naming the column.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+from airflow_cdc.model import CdcError
+
+
+class UnsupportedSnapshotColumnError(CdcError, ValueError):
+    """A column the JDBC reader typed in a way the changelog has no text for."""
+
+
+_INTEGRAL = ("tinyint", "smallint", "int", "bigint")
+
+
+def canonical_and_text(column: str, spark_type: str, declared: str | None = None) -> tuple[str, str]:
+    """(canonical type, SQL text of the column's changelog text) for ``column`` of Spark type
+    ``spark_type`` (``DataType.simpleString``); ``declared`` overrides the canonical type of a
+    column read as text (PG_NUMERIC)."""
+    ref = f"`{column.replace('`', '``')}`"
+    if declared is not None:
+        return declared, f"CAST({ref} AS STRING)"
+    if spark_type in _INTEGRAL:
+        return "INT64", f"CAST({ref} AS STRING)"
+    if spark_type.startswith("decimal("):
+        precision, scale = spark_type[len("decimal("):-1].split(",")
+        # toPlainString: Spark's own text uses an exponent for small values (1E-7).
+        return f"NUMERIC({precision},{scale})", f"CAST({ref} AS STRING)"
+    if spark_type in ("string", "varchar", "char") or spark_type.startswith(("varchar(", "char(")):
+        return "STRING", ref
+    if spark_type == "boolean":
+        return "BOOL", f"CAST({ref} AS STRING)"
+    if spark_type == "float":
+        return "FLOAT32", f"CAST({ref} AS STRING)"
+    if spark_type == "double":
+        return "FLOAT64", f"CAST({ref} AS STRING)"
+    if spark_type == "date":
+        return "DATE", f"CAST({ref} AS STRING)"
+    if spark_type == "timestamp":
+        return "TIMESTAMP", f"date_format({ref}, \"yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'\")"
+    if spark_type == "timestamp_ntz":
+        return "DATETIME", f"date_format({ref}, \"yyyy-MM-dd'T'HH:mm:ss.SSSSSS\")"
+    if spark_type == "binary":
+        return "BYTES", f"base64({ref})"
+    raise UnsupportedSnapshotColumnError(
+        f"column {column!r} was read as Spark type {spark_type!r}, which a snapshot cannot write "
+        f"as a change: leave the column out of the snapshot's columns, or cast it in a view "
+        f"the snapshot reads")
+
+
+def read_rows(frame, *, stream: str, source_table: str, key_columns: Sequence[str],
+              ordering_key: bytes, commit_ts, event_id_prefix: str, partition_id: str,
+              metadata: Mapping, declared: Mapping[str, str] | None = None):
+    """``frame`` (the JDBC reader's rows) as changelog rows (``CHANGELOG_COLUMNS``) of READ
+    changes at ``ordering_key``; ``window_id`` stays empty until a window takes them."""
+    from pyspark.sql import functions as F
+
+    declared = dict(declared or {})
+    types = {f.name: f.dataType.simpleString() for f in frame.schema.fields}
+    missing = [k for k in key_columns if k not in types]
+    if missing:
+        raise UnsupportedSnapshotColumnError(f"key columns {missing} are not among the columns read {sorted(types)}")
+    texts, canonical = {}, {}
+    for column in sorted(types):
+        canonical[column], texts[column] = canonical_and_text(column, types[column], declared.get(column))
+    key_map = ", ".join(f"'{k}', {texts[k]}" for k in sorted(key_columns))
+    value_map = ", ".join(f"'{c}', {texts[c]}" for c in sorted(types))
+    column_types_json = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
+    keys = F.expr(f"map({key_map})")
+    return frame.select(
+        F.lit(stream).alias("stream"),
+        F.lit("").alias("window_id"),
+        F.lit(source_table).alias("source_table"),
+        F.lit("READ").alias("op"),
+        F.lit("FULL").alias("image"),
+        keys.alias("keys"),
+        F.expr(f"map({value_map})").alias("new_values"),
+        F.lit(None).cast("map<string,string>").alias("old_values"),
+        F.lit(column_types_json).alias("column_types_json"),
+        F.lit(commit_ts).cast("timestamp").alias("commit_ts"),
+        F.lit(bytearray(ordering_key)).alias("ordering_key"),
+        F.lit(None).cast("string").alias("transaction_id"),
+        F.concat(F.lit(event_id_prefix), F.to_json(keys)).alias("event_id"),
+        F.lit(partition_id).alias("partition_id"),
+        F.lit(json.dumps(dict(metadata), sort_keys=True, separators=(",", ":"))).alias(
+            "source_metadata_json"),
+    )
+
+
+def key_texts_frame(spark, key_texts: Sequence[str]):
+    """The canonical key texts (:func:`airflow_cdc.sources.debezium.watermarks.key_text`) of
+    the keys changed between a batch's watermarks, as one column ``__changed``."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    return spark.createDataFrame([(t,) for t in key_texts],
+                                 StructType([StructField("__changed", StringType(), False)]))
+
+
+def without_changed_keys(rows, changed):
+    """``rows`` minus the keys in ``changed`` (:func:`key_texts_frame`): the keys compared as
+    the same canonical JSON text (``to_json`` of the sorted key map, as ``key_text`` writes
+    it)."""
+    from pyspark.sql import functions as F
+
+    return rows.join(F.broadcast(changed), F.to_json("keys") == F.col("__changed"), "left_anti")
