@@ -12,7 +12,8 @@ Procedure (ARCHITECTURE.md, window protocol step 2), the same for every source:
    further rounds, still inside this window (lineage rules); the others take one round, and
    reporting children is refused. A source
    that Spark reads natively (``read_window``, e.g. Datastream's files) reads the window in
-   its own way and hands back the same rows and outcomes.
+   its own way and hands back the same rows and outcomes. Rows Spark reads natively beside
+   the partitions (``native_rows``: Debezium's staged snapshot batches) join them.
 3. Check that every source transaction is complete across partitions, or fail naming it;
    drop rows the changelog already holds (``drop_repeats``: sources that deliver at least
    once); let the source check the whole window (``check_window``: Debezium's transactions).
@@ -168,7 +169,11 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
 
     source = window_source(plan)
     read = source.read_window(spark, plan) if source.read_window is not None else read_partitions(spark, plan)
-    frame = source.drop_repeats(spark, plan, spark.createDataFrame(read.rows, changelog_schema()))
+    frame = spark.createDataFrame(read.rows, changelog_schema())
+    native = source.native_rows(spark, plan)
+    if native is not None:
+        frame = frame.unionByName(native)
+    frame = source.drop_repeats(spark, plan, frame)
     frame.persist(StorageLevel.MEMORY_AND_DISK)
     checked = source.check_window(spark, plan, frame)  # raises: the window stays uncommitted
     declarations = window_declarations(frame)  # one pass that counts the rows too

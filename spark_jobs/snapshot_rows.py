@@ -19,9 +19,9 @@ timestamp_ntz (timestamp)       DATETIME            ``YYYY-MM-DDTHH:MM:SS.ffffff
 binary (bytea, blob)            BYTES               base64
 ==============================  ==================  =========================================
 
-PostgreSQL ``timestamp without time zone`` arrives as ``timestamp_ntz`` because the reader is
-given ``preferTimestampNTZ``; a ``numeric`` without precision is read as text
-(``customSchema``) and typed PG_NUMERIC, as Debezium's VariableScaleDecimal is, so no digit is
+The reader's ``customSchema`` (``spark_jobs/snapshot.py``) reads PostgreSQL ``timestamp with
+time zone`` as ``timestamp`` and ``timestamp without time zone`` as ``timestamp_ntz`` (the
+driver reports both alike), and a ``numeric`` without precision as text, typed PG_NUMERIC, as Debezium's VariableScaleDecimal is, so no digit is
 rounded to Spark's decimal(38,18). Any other type is refused naming the column.
 """
 

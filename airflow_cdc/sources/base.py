@@ -16,8 +16,10 @@ step 1 (plan)         :meth:`ChangeSource.initial_positions` (a stream's first w
                       re-run must repeat, kept in the plan file).
 step 2 (extract)      :meth:`ChangeSource.read_partition` over ``[start, e)`` (the extract job
                       runs rounds when partitions split), or :meth:`ChangeSource.read_window`
-                      for a source Spark reads natively; :meth:`ChangeSource.drop_repeats`
-                      for a source that delivers at least once; :meth:`ChangeSource.
+                      for a source Spark reads natively; :meth:`ChangeSource.native_rows`
+                      for rows Spark reads beside the partitions (staged snapshot
+                      batches); :meth:`ChangeSource.drop_repeats` for a source that
+                      delivers at least once; :meth:`ChangeSource.
                       check_window` for completeness only the whole window can prove;
                       :meth:`ChangeSource.extract_overrides` for short-lived credentials.
 step 3 (commit)       :meth:`ChangeSource.commit_warnings`, :attr:`ChangeSource.summary_counts`.
@@ -272,6 +274,12 @@ class ChangeSource:
     def check_partitions(self, outcomes: Sequence[PartitionOutcome], pending: Sequence) -> None:
         """Raise when the partitions live after the window are not what the source needs
         (Bigtable: they must tile the key space); called once the window's rounds are read."""
+
+    def native_rows(self, spark, plan):
+        """Change rows of the window that Spark reads natively beside the partitions' reads
+        (a DataFrame of the changelog's columns, ``window_id`` set), or None. Debezium: the
+        parallel snapshot's staged batches the plan took (:mod:`.debezium.staged`)."""
+        return None
 
     def drop_repeats(self, spark, plan, frame):
         """The window's changelog frame without rows the changelog already holds (for sources

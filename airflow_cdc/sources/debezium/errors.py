@@ -30,3 +30,12 @@ class UnsupportedConnectorError(MalformedEventError):
 class IncompleteTransactionError(CdcError):
     """A transaction's END counts more events of a table than the window and the changelog
     hold: the window cannot be proven complete and stays uncommitted."""
+
+
+class InvalidSignalError(CdcError, ValueError):
+    """A Debezium signal refused before any SQL is built (a table name, a filter, a key)."""
+
+
+class SignalTargetError(CdcError):
+    """The database cannot take a signal as asked: a table without a primary key, a signal
+    table that is missing or has other columns."""

@@ -14,6 +14,9 @@ files (``topics/<topic>/partition=<p>/<topic>+<p>+<startOffset>.json[.gz]``) as 
 * **Delivery is at least once**: a connector restart sends changes again with new offsets;
   their event ids (:func:`.envelope.event_id`) do not depend on offsets, so the changelog
   drops them (:meth:`DebeziumSource.drop_repeats`).
+* **A parallel snapshot** (``spark_jobs/snapshot.py``) stages batches of READ rows under
+  ``<prefix>/snapshots/``; each snapshot is one more partition, ``snapshot:<id>``, whose
+  whole batches a window plans by folder and reads natively (:mod:`.staged`).
 * Tombstones and logical messages are counted, not applied; malformed lines, unknown ops,
   events of tables without key columns and truncates (not applied yet) are dead letters.
 
@@ -58,6 +61,13 @@ from airflow_cdc.sources.debezium.layout import (
     partition_id,
     read_sink_file,
 )
+from airflow_cdc.sources.debezium.staged import (
+    BATCH_MARKER,
+    SNAPSHOTS_DIR,
+    partition_of,
+    snapshot_of,
+    staged_snapshots,
+)
 
 SOURCE_KIND = "debezium"
 _NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_]")
@@ -70,6 +80,8 @@ def table_identifier(source_table: str) -> str:
 
 FILES_OPTION = "files"
 EVIDENCE_OPTION = "evidence"
+# Snapshot partitions whose last batch the window takes after the snapshot completed.
+SNAPSHOTS_DONE_OPTION = "snapshots_done"
 DEFAULT_FLUSH_LATENESS = 60.0
 
 
@@ -78,7 +90,8 @@ class DebeziumSource(ChangeSource):
     ordering_key_parts = ("connector log position (PostgreSQL commit LSN, event LSN; MySQL "
                           "binlog file, position, row)",)
     summary_counts = ("events", "truncates", "tombstones", "messages", "transaction_events",
-                      "heartbeats", "transactions_checked", "dead_letters")
+                      "heartbeats", "transactions_checked", "dead_letters", "snapshot_batches",
+                      "snapshot_rows")
     airflow_hook = "airflow_cdc.hooks.debezium:DebeziumSinkHook"
 
     def __init__(self, spec: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> None:
@@ -92,6 +105,7 @@ class DebeziumSource(ChangeSource):
         self.flush_lateness = timedelta(
             seconds=float(settings.get("flush_lateness_seconds", DEFAULT_FLUSH_LATENESS)))
         self.placeholder = settings.get("placeholder") or DEFAULT_PLACEHOLDER
+        self.snapshots_root = f"{self.prefix.rstrip('/')}/{SNAPSHOTS_DIR}"
 
     @property
     def heartbeat_partition(self) -> str:
@@ -192,26 +206,47 @@ class DebeziumSource(ChangeSource):
     def discover(self, window: Window, now: datetime, hook: Any) -> Discovery:
         lister, _ = self._access(hook)
         listing = self._listing(lister)
-        found = tuple(PartitionPosition(partition_id(t, p), window.start, "0")
-                      for t, p in listing.topic_partitions())
-        return Discovery(found, {"files": len(listing.files), "unmatched": len(listing.unmatched)})
+        found = [PartitionPosition(partition_id(t, p), window.start, "0")
+                 for t, p in listing.topic_partitions()]
+        staged = self._staged(lister)
+        found += [PartitionPosition(partition_of(sid), window.start, "1")
+                  for sid, snapshot in sorted(staged.items()) if snapshot.batches]
+        return Discovery(tuple(found), {"files": len(listing.files),
+                                        "unmatched": len(listing.unmatched),
+                                        "snapshots": len(staged)})
+
+    def _staged(self, lister):
+        return staged_snapshots(lister(self.snapshots_root + "/"), self.snapshots_root)
 
     def plan_options(self, kept: Mapping | None, planned_at: datetime, hook: Any,
                      positions: Sequence[PartitionPosition] = ()) -> dict:
         """The exact files each topic-partition's read takes (from its resume offset to the
         last file listed now, by path under the prefix), and the heartbeat evidence."""
         if kept is not None:
-            return {k: kept[k] for k in (FILES_OPTION, EVIDENCE_OPTION) if k in kept}
+            return {k: kept[k] for k in (FILES_OPTION, EVIDENCE_OPTION, SNAPSHOTS_DONE_OPTION)
+                    if k in kept}
         lister, reader = self._access(hook)
         listing = self._listing(lister)
-        files = {}
+        files, done = {}, []
+        staged = None
         for position in positions:
+            snapshot_id = snapshot_of(position.partition_id)
+            if snapshot_id is not None:
+                staged = self._staged(lister) if staged is None else staged
+                snapshot = staged.get(snapshot_id)
+                first = int(position.resume_position or 1)
+                folders = snapshot.batches_from(first) if snapshot else []
+                files[position.partition_id] = [f"{SNAPSHOTS_DIR}/{f}" for f in folders]
+                if snapshot and snapshot.complete and first + len(folders) > max(snapshot.batches):
+                    done.append(position.partition_id)
+                continue
             topic, part = parse_partition_id(position.partition_id)
             chosen = files_from(listing, topic, part, int(position.resume_position or 0)).files
             files[position.partition_id] = [self._relative(f) for f in chosen]
         newest = self._newest_heartbeat(listing, reader)
         return {FILES_OPTION: files,
-                EVIDENCE_OPTION: format_ts(newest - self.flush_lateness) if newest else None}
+                EVIDENCE_OPTION: format_ts(newest - self.flush_lateness) if newest else None,
+                **({SNAPSHOTS_DONE_OPTION: done} if done else {})}
 
     def plan_summary(self, plan) -> dict:
         files = plan.options.get(FILES_OPTION) or {}
@@ -241,6 +276,8 @@ class DebeziumSource(ChangeSource):
     def read_partition(self, window: Window, position: PartitionPosition) -> PartitionRead:
         from airflow_cdc.model import parse_ts
 
+        if snapshot_of(position.partition_id) is not None:
+            return self._read_staged(window, position)
         topic, _ = parse_partition_id(position.partition_id)
         evidence = self.options.get(EVIDENCE_OPTION)
         resume = int(position.resume_position or 0)
@@ -284,13 +321,50 @@ class DebeziumSource(ChangeSource):
         return PartitionRead(rows=tuple(rows), outcome=outcome, dead_letters=tuple(dead),
                              counts=counts)
 
+    def _planned_batches(self, position: PartitionPosition) -> list[str]:
+        return list((self.options.get(FILES_OPTION) or {}).get(position.partition_id, []))
+
+    def _read_staged(self, window: Window, position: PartitionPosition) -> PartitionRead:
+        """A snapshot partition's outcome: the batches the plan took (their rows are read
+        natively, :meth:`native_rows`); it never holds the window back, and it finishes with
+        the window that takes the last batch of a complete snapshot."""
+        import json
+
+        _, reader = self._access()
+        batches = self._planned_batches(position)
+        rows = sum(json.loads(reader(f"{self.prefix.rstrip('/')}/{b}/{BATCH_MARKER}"))["rows"]
+                   for b in batches)
+        finished = position.partition_id in (self.options.get(SNAPSHOTS_DONE_OPTION) or [])
+        resume = int(position.resume_position or 1) + len(batches)
+        outcome = PartitionOutcome(position.partition_id, finished, window.end,
+                                   records=rows, resume_position=str(resume))
+        return PartitionRead(rows=(), outcome=outcome, dead_letters=(),
+                             counts={"snapshot_batches": len(batches), "snapshot_rows": rows})
+
+    def native_rows(self, spark, plan):
+        """The staged batches the plan took, read as Parquet, with the window's id."""
+        from pyspark.sql import functions as F
+
+        folders = [f"{self.prefix.rstrip('/')}/{b}" for p in plan.positions
+                   if snapshot_of(p.partition_id) is not None for b in self._planned_batches(p)]
+        if not folders:
+            return None
+        if "://" in self.prefix:
+            raise NotImplementedError(
+                f"staged snapshot batches under {self.prefix!r}: the parallel snapshot stages "
+                f"on a local or shared file system path only so far; give the sink a path")
+        frame = spark.read.parquet(*folders)
+        return frame.withColumn("window_id", F.lit(plan.window.window_id)).withColumn(
+            "stream", F.lit(plan.window.stream_id))
+
     def drop_repeats(self, spark, plan, frame):
         from airflow_cdc.sources.base import drop_seen_event_ids
 
         return drop_seen_event_ids(spark, plan.changelog_table, plan.window.stream_id, frame)
 
     def window_counts(self, counts: dict, changes: int) -> dict:
-        return {**counts, "changes": changes, "duplicates": counts.get("events", 0) - changes}
+        read = counts.get("events", 0) + counts.get("snapshot_rows", 0)
+        return {**counts, "changes": changes, "duplicates": read - changes}
 
     def check_window(self, spark, plan, frame) -> dict:
         """Transaction metadata: every transaction whose END this window read, committed

@@ -29,6 +29,7 @@ from airflow_cdc.model import format_ts
 from airflow_cdc.sources.debezium.envelope import TransactionEvent, parse_line, transaction_key
 from airflow_cdc.sources.debezium.errors import IncompleteTransactionError, MalformedEventError
 from airflow_cdc.sources.debezium.layout import parse_partition_id
+from airflow_cdc.sources.debezium.staged import snapshot_of
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 # Change events of a transaction share its commit time; the changelog is read around it.
@@ -43,6 +44,8 @@ def transaction_ends(source, plan) -> list[TransactionEvent]:
     _, reader = source._access()
     ends = []
     for position in plan.positions:
+        if snapshot_of(position.partition_id) is not None:
+            continue  # a staged snapshot: READ rows, no transactions
         topic, _ = parse_partition_id(position.partition_id)
         if topic != source.transaction_topic:
             continue

@@ -130,6 +130,7 @@ class BatchScan:
 
     low: SourcePosition | None = None
     high: SourcePosition | None = None
+    high_source: dict | None = None  # the high watermark's source block (name, ts_ms)
     changed_keys: set[str] = field(default_factory=set)
     events_between: int = 0
 
@@ -178,6 +179,8 @@ def scan_batch(
                     scan.low = position
                 else:
                     scan.high = position
+                    scan.high_source = {k: v for k, v in event.source.items()
+                                        if not k.startswith("__")}
             continue
         if isinstance(event, ChangeEvent) and event.source_table == table and event.op != "t":
             keys = _keys_of(event, table, key_columns, column_types)
