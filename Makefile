@@ -35,9 +35,10 @@ services:
 	@bash .ci/ensure-postgres
 
 ## test: the suite (set-up first when needed), under 20 minutes on 2 cores: everything but
-## the tests marked live (one live schedule, Bigtable's, stays in as the representative);
-## the tests that start Debezium's JVM in-process run in a second pytest process (5: none
-## selected, as with a PYTEST_ARGS path outside them).
+## the tests marked live (schedules on a real clock; real Airflow services stay represented
+## by the deferrable gate under scheduler and triggerer); the tests that start Debezium's JVM
+## in-process run in a second pytest process (5: none selected, as with a PYTEST_ARGS path
+## outside them).
 test: setup services
 	$(PY) -m pytest -m "not live and not jvm_in_process" $(PYTEST_ARGS)
 	$(PY) -m pytest -m "jvm_in_process and not live" $(PYTEST_ARGS) || [ $$? = 5 ]

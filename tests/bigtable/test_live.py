@@ -17,6 +17,8 @@ import pytest
 
 from airflow_cdc.demo.live_bigtable import EVIDENCE_DELAY_SECONDS, LiveSettings, run_live
 
+pytestmark = pytest.mark.live  # make test-live (CI runs it after make test)
+
 SETTINGS = LiveSettings(windows=1, window_minutes=1, seed=3)
 WRITE_KINDS = {"MutateRow SetCell", "MutateRow DeleteFromColumn", "MutateRow DeleteFromFamily",
                "MutateRows", "ReadModifyWriteRow", "CheckAndMutateRow"}
