@@ -141,17 +141,10 @@ class SnapshotError(CdcError, RuntimeError):
 
 def connect(spec: SnapshotSpec):
     """A DB-API connection to the source database (autocommit: watermarks commit at once)."""
-    if spec.dialect == "postgresql":
-        import psycopg2
+    from airflow_cdc.sources.snapshot.database import connect as connect_database
 
-        conn = psycopg2.connect(host=spec.host, port=spec.port, dbname=spec.database,
-                                user=spec.user, password=spec.password)
-        conn.autocommit = True
-        return conn
-    import pymysql
-
-    return pymysql.connect(host=spec.host, port=spec.port, database=spec.database,
-                           user=spec.user, password=spec.password or "", autocommit=True)
+    return connect_database(spec.dialect, spec.host, spec.port, spec.database, spec.user,
+                            spec.password)
 
 
 def emit(conn, spec: SnapshotSpec, watermark: Watermark) -> None:

