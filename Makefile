@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-done
-SYSTEM_JARS := /usr/share/java/jarjar.jar /usr/share/java/postgresql.jar /usr/share/java/sqlite-jdbc.jar
+SYSTEM_JARS := /usr/share/java/jarjar.jar /usr/share/java/postgresql.jar /usr/share/java/sqlite-jdbc.jar /usr/share/java/mariadb-java-client.jar
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
@@ -20,19 +20,22 @@ $(STAMP): pyproject.toml constraints.txt | system-packages
 	$(PY) -m airflow_cdc.spark.iceberg
 	touch $@
 
-## system-packages: Java jars from Debian (jarjar for offline Iceberg, JDBC drivers).
+## system-packages: Java jars from Debian (jarjar for offline Iceberg, JDBC drivers: PostgreSQL
+## and SQLite for catalogs and snapshots, MariaDB for snapshots).
 system-packages:
 	@command -v java >/dev/null || { echo "java is missing: install a JDK 17 (Debian: openjdk-17-jre-headless)"; exit 1; }
 	@missing=0; for jar in $(SYSTEM_JARS); do [ -f $$jar ] || missing=1; done; \
 	if [ $$missing = 1 ]; then \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && \
-	  $$SUDO apt-get install -y -qq libjarjar-java libpostgresql-jdbc-java libxerial-sqlite-jdbc-java; \
+	  $$SUDO apt-get install -y -qq libjarjar-java libpostgresql-jdbc-java libxerial-sqlite-jdbc-java libmariadb-java; \
 	fi
 
-## services: PostgreSQL on 127.0.0.1 (state store tests run on it); started when down.
+## services: PostgreSQL (state store, Debezium) and MariaDB (snapshot chunks, signals) on
+## 127.0.0.1; started when down.
 services:
 	@bash .ci/ensure-postgres
+	@bash .ci/ensure-mariadb
 
 ## test: the suite (set-up first when needed), under 20 minutes on 2 cores: everything but
 ## the tests marked live (schedules on a real clock; real Airflow services stay represented

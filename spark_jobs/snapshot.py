@@ -116,7 +116,9 @@ class SnapshotSpec:
 
     @property
     def jdbc_url(self) -> str:
-        scheme = "postgresql" if self.dialect == "postgresql" else "mariadb"
+        # MariaDB's driver (2.x) takes jdbc:mysql: too, and only that scheme makes Spark use
+        # its MySQL dialect (backquoted names; "id" would be a string literal).
+        scheme = "postgresql" if self.dialect == "postgresql" else "mysql"
         return f"jdbc:{scheme}://{self.host}:{self.port}/{self.database}"
 
     @property

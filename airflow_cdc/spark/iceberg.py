@@ -41,6 +41,13 @@ JARJAR = Path("/usr/share/java/jarjar.jar")
 JDBC_DRIVER_JARS = {
     "postgresql": Path("/usr/share/java/postgresql.jar"),
     "sqlite": Path("/usr/share/java/sqlite-jdbc.jar"),
+    "mariadb": Path("/usr/share/java/mariadb-java-client.jar"),  # the parallel snapshot's reader
+}
+# The Debian package of each driver (make setup installs them).
+JDBC_DRIVER_PACKAGES = {
+    "postgresql": "libpostgresql-jdbc-java",
+    "sqlite": "libxerial-sqlite-jdbc-java",
+    "mariadb": "libmariadb-java",
 }
 _JACKSON_RULE = "rule com.fasterxml.jackson.** org.apache.iceberg.shaded.com.fasterxml.jackson.@1\n"
 _JACKSON_JARS = ("jackson-annotations", "jackson-core", "jackson-databind")
@@ -260,7 +267,7 @@ class IcebergCatalog:
             if not driver.exists():
                 raise IcebergProvisioningError(
                     f"{driver} is missing: install Debian's "
-                    f"{'libpostgresql-jdbc-java' if scheme == 'postgresql' else 'libxerial-sqlite-jdbc-java'}"
+                    f"{JDBC_DRIVER_PACKAGES[scheme]}"
                     f" (make setup does)"
                 )
             jars.append(str(driver))
