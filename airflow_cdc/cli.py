@@ -1,6 +1,6 @@
 """``airflow-cdc``: look into and repair the state store from a shell.
 
-    airflow-cdc status [STREAM]              streams, recent windows, partitions (stalled first)
+    airflow-cdc status [STREAM]              streams, windows, partitions (stalled first), snapshots
     airflow-cdc inspect-window STREAM START  one window: state, counts, gate, its partitions
     airflow-cdc reset-stream STREAM          forget a stream (asks for confirmation)
     airflow-cdc release-lease STREAM START   free a window held by a dead run (asks first)
@@ -116,6 +116,8 @@ def cmd_status(args, out) -> int:
                 + (f"  FAILED: {w.failure_reason}" if w.state is WindowState.FAILED else ""),
                 file=out,
             )
+        if stream.source_kind == "debezium":
+            print_snapshot_state(windows, out)
         print("  partitions:", file=out)
         for row in partition_rows(store, stream.stream_id, now, args.stall_seconds):
             flag = "STALLED" if row["stalled"] else "ok"
@@ -126,6 +128,19 @@ def cmd_status(args, out) -> int:
                 file=out,
             )
     return 0
+
+
+def print_snapshot_state(windows, out) -> None:
+    """A Debezium stream's incremental snapshots: each table's latest known state, folded from
+    the committed windows' counts (:mod:`airflow_cdc.sources.debezium.progress`)."""
+    from airflow_cdc.sources.debezium.progress import describe, stream_snapshot_state
+
+    state = stream_snapshot_state(w.counts or {} for w in windows if w.committed)
+    if not state:
+        return
+    print("  incremental snapshots:", file=out)
+    for table, entry in sorted(state.items()):
+        print(f"    {table:<40} {describe(entry)}", file=out)
 
 
 def cmd_inspect_window(args, out) -> int:

@@ -14,7 +14,8 @@ Point it at your sink with the CDC_DEBEZIUM_* variables: PREFIX (a folder, or
 ``gs://bucket/path`` read through GCSHook with CDC_DEBEZIUM_GCP_CONN_ID), TOPIC_PREFIX (the
 connector's ``topic.prefix``), KEY_COLUMNS (JSON: ``{"public.orders": ["id"]}``: the sink's
 files hold record values only, so every table needs its key named), FLUSH_LATENESS_SECONDS
-(the sink's rotation interval). ``make demo-debezium`` and ``make live-debezium`` run it
+(the sink's rotation interval), SIGNAL_TABLE and NOTIFICATION_TOPIC (to follow Debezium's
+incremental snapshots, which ``dags/debezium_snapshots.py`` starts). ``make demo-debezium`` and ``make live-debezium`` run it
 against real PostgreSQL through real Debezium.
 """
 
@@ -38,6 +39,10 @@ WINDOW_MINUTES = int(os.environ.get("CDC_WINDOW_MINUTES", "5"))
 # Sub-minute windows (the demo's) need a delta timetable; cron counts in minutes.
 WINDOW_SECONDS = os.environ.get("CDC_WINDOW_SECONDS")
 FLUSH_LATENESS = float(os.environ.get("CDC_DEBEZIUM_FLUSH_LATENESS_SECONDS", "60"))
+# Debezium's incremental snapshots (dags/debezium_snapshots.py): the connector's
+# signal.data.collection and notification.sink.topic.name, when it has them.
+SIGNAL_TABLE = os.environ.get("CDC_DEBEZIUM_SIGNAL_TABLE") or None
+NOTIFICATION_TOPIC = os.environ.get("CDC_DEBEZIUM_NOTIFICATION_TOPIC") or None
 CATCHUP = os.environ.get("CDC_CATCHUP", "").lower() == "true"
 MAX_ACTIVE_RUNS = int(os.environ.get("CDC_MAX_ACTIVE_RUNS", "1"))
 WAIT_POKE_SECONDS = float(os.environ.get("CDC_WAIT_POKE_SECONDS", "15"))
@@ -83,6 +88,8 @@ with DAG(
         key_columns=_key_columns(),
         gcp_conn_id=GCP_CONN_ID,
         flush_lateness_seconds=FLUSH_LATENESS,
+        signal_table=SIGNAL_TABLE,
+        notification_topic=NOTIFICATION_TOPIC,
         targets={"namespace": "current"},
         spark_conf={"spark.default.parallelism": "4", "spark.sql.shuffle.partitions": "4"},
         wait_poke_interval=WAIT_POKE_SECONDS,

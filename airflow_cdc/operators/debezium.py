@@ -32,6 +32,8 @@ def DebeziumPipeline(  # noqa: N802 - a factory named like the group it makes
     topics_dir: str = "topics",
     flush_lateness_seconds: float | None = None,
     placeholder: str | None = None,
+    signal_table: str | None = None,
+    notification_topic: str | None = None,
     gcp_conn_id: str = "google_cloud_default",
     impersonation_chain: str | Sequence[str] | None = None,
     wait_poke_interval: float = 30,
@@ -45,7 +47,11 @@ def DebeziumPipeline(  # noqa: N802 - a factory named like the group it makes
     be writing the changes before it (its rotation interval). A ``gs://bucket/path`` prefix
     is read through the google provider's GCS hook with ``gcp_conn_id`` and
     ``impersonation_chain``; the extract job reads the same objects with a short-lived token
-    the hook mints (never in a plan file). ``options`` are the shared
+    the hook mints (never in a plan file). ``signal_table`` (the connector's
+    ``signal.data.collection``) and ``notification_topic`` (its
+    ``notification.sink.topic.name``) let the stream follow Debezium's incremental snapshots:
+    the signaling table's rows are not a target's, and the notifications report each table's
+    snapshot progress in the window summaries. ``options`` are the shared
     :class:`~airflow_cdc.operators.pipeline.PipelineOptions`.
     """
     from airflow_cdc.operators.pipeline import CdcPipeline
@@ -57,6 +63,10 @@ def DebeziumPipeline(  # noqa: N802 - a factory named like the group it makes
                   "key_columns": {t: list(c) for t, c in key_columns.items()}}
     if column_types:
         spec["column_types"] = {t: dict(c) for t, c in column_types.items()}
+    if signal_table:
+        spec["signal_table"] = signal_table
+    if notification_topic:
+        spec["notification_topic"] = notification_topic
     if settings:
         spec["settings"] = settings
     source_conn = {"gcp_conn_id": gcp_conn_id, "impersonation_chain": impersonation_chain}

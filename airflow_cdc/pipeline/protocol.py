@@ -36,9 +36,12 @@ from airflow_cdc.pipeline.partition_lineage import PendingChild
 # Source spec keys that may hold secrets: never in plan files, fingerprints, logs or XCom.
 SECRET_KEYS = frozenset({"access_token", "password", "credentials", "token"})
 # Source spec keys that say how to read, not what is read: declaring a column's type, tuning a
-# source's settings (lateness, settle time) or moving its class to another module later must
-# not make the state store refuse the stream's recorded positions.
-UNFINGERPRINTED_KEYS = frozenset({"column_types", "settings", "class"})
+# source's settings (lateness, settle time), moving its class to another module later, or
+# (Debezium) naming the connector's signaling table and notification topic to follow its
+# incremental snapshots on a running stream must not make the state store refuse the
+# stream's recorded positions.
+UNFINGERPRINTED_KEYS = frozenset({"column_types", "settings", "class", "signal_table",
+                                  "notification_topic"})
 
 
 # Counts the state store derives from the outcomes itself; an extract job's other counts

@@ -225,6 +225,23 @@ def parse_line(line: str | bytes, topic: str | None = None) -> Event:
 
     Raises :class:`MalformedEventError` for anything that is none of them.
     """
+    decoded = decode_value(line)
+    if decoded is None:
+        return Tombstone()
+    schema, value = decoded
+    kind = _kind(value, topic)
+    if kind == "transaction":
+        return _transaction_event(value)
+    if kind == "heartbeat":
+        return _heartbeat(value)
+    return _change_event(value, schema)
+
+
+def decode_value(line: str | bytes) -> tuple[object, dict] | None:
+    """(schema part or None, payload object) of one sink-file line; None for a tombstone.
+
+    Raises :class:`MalformedEventError` for a line that is not one JSON object (or ``null``).
+    """
     if isinstance(line, bytes):
         try:
             line = line.decode("utf-8")
@@ -232,7 +249,7 @@ def parse_line(line: str | bytes, topic: str | None = None) -> Event:
             raise MalformedEventError("line is not UTF-8 text: the JSON converter writes UTF-8") from None
     text = line.strip()
     if text == "null":
-        return Tombstone()
+        return None
     if not text:
         raise MalformedEventError("line is empty: a sink file holds one JSON value per line")
     try:
@@ -245,15 +262,10 @@ def parse_line(line: str | bytes, topic: str | None = None) -> Event:
     if set(value) == {"schema", "payload"}:  # schemas.enable=true
         schema, value = value["schema"], value["payload"]
         if value is None:
-            return Tombstone()
+            return None
         if not isinstance(value, dict):
             raise MalformedEventError(f"payload is a JSON {type(value).__name__}, not an object")
-    kind = _kind(value, topic)
-    if kind == "transaction":
-        return _transaction_event(value)
-    if kind == "heartbeat":
-        return _heartbeat(value)
-    return _change_event(value, schema)
+    return schema, value
 
 
 def _kind(value: dict, topic: str | None) -> str:
@@ -266,6 +278,12 @@ def _kind(value: dict, topic: str | None) -> str:
     if "ts_ms" in value and (set(value) == {"ts_ms"} or _heartbeat_topic(topic)):
         return "heartbeat"
     where = f" of topic {topic!r}" if topic else ""
+    if {"id", "type", "aggregate_type"} <= set(value):
+        raise MalformedEventError(
+            f"line{where} is a Debezium notification ({value.get('aggregate_type')!r} "
+            f"{value.get('type')!r}), not a change: name its topic in the stream's "
+            f"notification_topic (the connector's notification.sink.topic.name)"
+        )
     raise MalformedEventError(
         f"line{where} has no op, no transaction status and is no heartbeat (fields "
         f"{sorted(value)}): not a Debezium change, transaction or heartbeat event"

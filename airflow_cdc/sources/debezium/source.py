@@ -19,12 +19,20 @@ files (``topics/<topic>/partition=<p>/<topic>+<p>+<startOffset>.json[.gz]``) as 
   whole batches a window plans by folder and reads natively (:mod:`.staged`).
 * Tombstones and logical messages are counted, not applied; malformed lines, unknown ops,
   events of tables without key columns and truncates (not applied yet) are dead letters.
+* **Debezium's incremental snapshots** (an ``execute-snapshot`` signal) are followed per
+  table (:mod:`.progress`): their READ events are changes like any other and are counted
+  per table; the signaling table's events (the signals and Debezium's watermark rows) are
+  counted (``signal_events``), never applied nor dead-lettered; the notification topic's
+  lines are notifications (counted; a malformed one is a dead letter), never changes. The
+  window's counts carry each table's progress and state (``incremental_snapshots``).
 
 The spec: ``prefix`` (the sink's root: a local folder; ``gs://`` comes with the GCS hook),
 ``topics_dir`` (``topics``), ``topic_prefix`` (the connector's ``topic.prefix``),
 ``key_columns`` (``{"public.orders": ["id"]}``), optional ``column_types`` for lines without
-schemas, and ``settings``: ``flush_lateness_seconds`` (60), ``placeholder``
-(``unavailable.value.placeholder``, default ``__debezium_unavailable_value``).
+schemas, optional ``signal_table`` (the connector's ``signal.data.collection``,
+``public.debezium_signal``) and ``notification_topic`` (its ``notification.sink.topic.name``,
+with ``notification.enabled.channels=sink``), and ``settings``: ``flush_lateness_seconds``
+(60), ``placeholder`` (``unavailable.value.placeholder``, default ``__debezium_unavailable_value``).
 """
 
 from __future__ import annotations
@@ -50,7 +58,7 @@ from airflow_cdc.sources.debezium.envelope import (
     change_of,
     parse_line,
 )
-from airflow_cdc.sources.debezium.errors import MalformedEventError
+from airflow_cdc.sources.debezium.errors import InvalidSignalError, MalformedEventError
 from airflow_cdc.sources.debezium.layout import (
     SinkLayoutError,
     SinkListing,
@@ -61,6 +69,15 @@ from airflow_cdc.sources.debezium.layout import (
     partition_id,
     read_sink_file,
 )
+from airflow_cdc.sources.debezium.progress import (
+    ROWS_COUNT,
+    Notification,
+    WindowSnapshotProgress,
+    join_window_counts,
+    parse_notification,
+    table_rows_count,
+)
+from airflow_cdc.sources.debezium.signals import parse_table_name
 from airflow_cdc.sources.debezium.staged import (
     BATCH_MARKER,
     SNAPSHOTS_DIR,
@@ -78,6 +95,12 @@ def table_identifier(source_table: str) -> str:
     takes as the target's name (``key_columns`` keep the source's own spelling)."""
     return _NOT_IDENTIFIER.sub("_", source_table)
 
+
+_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+# The counts of what a line is: summed, they are the lines a partition read.
+LINE_COUNTS = ("events", "truncates", "tombstones", "messages", "transaction_events",
+               "heartbeats", "signal_events", "notifications")
+
 FILES_OPTION = "files"
 EVIDENCE_OPTION = "evidence"
 # Snapshot partitions whose last batch the window takes after the snapshot completed.
@@ -91,7 +114,8 @@ class DebeziumSource(ChangeSource):
                           "binlog file, position, row)",)
     summary_counts = ("events", "truncates", "tombstones", "messages", "transaction_events",
                       "heartbeats", "transactions_checked", "dead_letters", "snapshot_batches",
-                      "snapshot_rows")
+                      "snapshot_rows", "signal_events", "notifications", ROWS_COUNT,
+                      "incremental_snapshots", "incremental_snapshot_signals")
     airflow_hook = "airflow_cdc.hooks.debezium:DebeziumSinkHook"
 
     def __init__(self, spec: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> None:
@@ -106,6 +130,11 @@ class DebeziumSource(ChangeSource):
             seconds=float(settings.get("flush_lateness_seconds", DEFAULT_FLUSH_LATENESS)))
         self.placeholder = settings.get("placeholder") or DEFAULT_PLACEHOLDER
         self.snapshots_root = f"{self.prefix.rstrip('/')}/{SNAPSHOTS_DIR}"
+        self.notification_topic = self.spec.get("notification_topic")
+        self.signal_table = None  # as change events name it: <schema>.<table>, unquoted
+        if self.spec.get("signal_table"):
+            name = parse_table_name("signal_table", self.spec["signal_table"])
+            self.signal_table = f"{name.container}.{name.table}"
 
     @property
     def heartbeat_partition(self) -> str:
@@ -114,6 +143,11 @@ class DebeziumSource(ChangeSource):
     @property
     def transaction_topic(self) -> str:
         return f"{self.topic_prefix}{TRANSACTION_TOPIC_SUFFIX}"
+
+    @property
+    def signal_topic(self) -> str | None:
+        """``<topic.prefix>.<schema>.<table>`` of the signaling table, None without one."""
+        return f"{self.topic_prefix}.{self.signal_table}" if self.signal_table else None
 
     @classmethod
     def validate_spec(cls, stream_id: str, spec: Mapping[str, Any]) -> dict:
@@ -144,6 +178,7 @@ class DebeziumSource(ChangeSource):
 
             declared_column_types(spec["column_types"], stream_id)
             recorded["column_types"] = {str(t): dict(c) for t, c in spec["column_types"].items()}
+        recorded.update(_snapshot_following(stream_id, spec, topic_prefix))
         if spec.get("settings"):
             recorded["settings"] = dict(spec["settings"])
         return recorded  # never the extract's connection (a token): it is not in any file
@@ -262,7 +297,8 @@ class DebeziumSource(ChangeSource):
         """(offset, line) of the planned files of ``position`` from its resume offset on. The
         transaction topic's lines stop at the first BEGIN or END at or after the window end:
         the next window reads (and checks) those transactions, once their events are proven
-        in the sink (:mod:`.transactions`)."""
+        in the sink (:mod:`.transactions`). The notification topic's lines stop likewise at
+        the first notification sent at or after the window end (:mod:`.progress`)."""
         topic, _ = parse_partition_id(position.partition_id)
         planned = (self.options.get(FILES_OPTION) or {}).get(position.partition_id, [])
         resume = int(position.resume_position or 0)
@@ -270,6 +306,8 @@ class DebeziumSource(ChangeSource):
         for relative in planned:
             for offset, line in read_sink_file(reader, self._planned_file(relative), resume):
                 if topic == self.transaction_topic and _transaction_at_or_after(line, end_ms):
+                    return
+                if topic == self.notification_topic and _notification_at_or_after(line, end_ms):
                     return
                 yield offset, line
 
@@ -283,32 +321,12 @@ class DebeziumSource(ChangeSource):
         resume = int(position.resume_position or 0)
         _, reader = self._access()
         rows, dead = [], []
-        counts = dict.fromkeys(("events", "truncates", "tombstones", "messages",
-                                "transaction_events", "heartbeats"), 0)
+        counts = dict.fromkeys(LINE_COUNTS, 0)
         next_offset = resume
         for offset, line in self._planned_lines(reader, window, position):
             next_offset = offset + 1
             try:
-                event = parse_line(line, topic)
-                if isinstance(event, Tombstone):
-                    counts["tombstones"] += 1
-                elif isinstance(event, LogicalMessage):
-                    counts["messages"] += 1
-                elif isinstance(event, TransactionEvent):
-                    counts["transaction_events"] += 1
-                elif isinstance(event, Heartbeat):
-                    counts["heartbeats"] += 1
-                elif isinstance(event, ChangeEvent):
-                    change = change_of(
-                        event, stream=window.stream_id, window_id=window.window_id,
-                        key_columns=self.key_columns, partition_id=position.partition_id,
-                        column_types=self.column_types, placeholder=self.placeholder)
-                    if isinstance(change, Truncate):
-                        change = change.change_row()
-                        counts["truncates"] += 1
-                    rows.append(replace(change, source_table=table_identifier(
-                        change.source_table)))
-                    counts["events"] += 1
+                self._read_line(window, position, topic, line, counts, rows)
             except MalformedEventError as error:
                 dead.append(DeadLetter(position.partition_id, line, str(error),
                                        event_id=f"{position.partition_id}@{offset}"))
@@ -316,10 +334,48 @@ class DebeziumSource(ChangeSource):
         if evidence is not None:
             watermark = max(position.start, min(parse_ts(evidence), window.end))
         outcome = PartitionOutcome(position.partition_id, False, watermark,
-                                   records=sum(counts.values()) + len(dead),
+                                   records=sum(counts[n] for n in LINE_COUNTS) + len(dead),
                                    resume_position=str(next_offset))
         return PartitionRead(rows=tuple(rows), outcome=outcome, dead_letters=tuple(dead),
                              counts=counts)
+
+    def _read_line(self, window: Window, position: PartitionPosition, topic: str, line: str,
+                   counts: dict, rows: list) -> None:
+        """What one line is, counted; a change appended to ``rows``. Raises
+        :class:`MalformedEventError` for a line that is a dead letter."""
+        if topic == self.signal_topic:
+            counts["signal_events"] += 1  # signals and watermarks: whatever the line holds
+            return
+        if topic == self.notification_topic:
+            parse_notification(line)  # never a change; its progress is read on the driver
+            counts["notifications"] += 1
+            return
+        event = parse_line(line, topic)
+        if isinstance(event, Tombstone):
+            counts["tombstones"] += 1
+        elif isinstance(event, LogicalMessage):
+            counts["messages"] += 1
+        elif isinstance(event, TransactionEvent):
+            counts["transaction_events"] += 1
+        elif isinstance(event, Heartbeat):
+            counts["heartbeats"] += 1
+        elif isinstance(event, ChangeEvent):
+            if event.source_table == self.signal_table:  # routed to another topic
+                counts["signal_events"] += 1
+                return
+            change = change_of(
+                event, stream=window.stream_id, window_id=window.window_id,
+                key_columns=self.key_columns, partition_id=position.partition_id,
+                column_types=self.column_types, placeholder=self.placeholder)
+            if isinstance(change, Truncate):
+                change = change.change_row()
+                counts["truncates"] += 1
+            rows.append(replace(change, source_table=table_identifier(change.source_table)))
+            counts["events"] += 1
+            if event.op == "r" and event.snapshot == "incremental":
+                counts[ROWS_COUNT] = counts.get(ROWS_COUNT, 0) + 1
+                per_table = table_rows_count(event.source_table)
+                counts[per_table] = counts.get(per_table, 0) + 1
 
     def _planned_batches(self, position: PartitionPosition) -> list[str]:
         return list((self.options.get(FILES_OPTION) or {}).get(position.partition_id, []))
@@ -363,21 +419,82 @@ class DebeziumSource(ChangeSource):
         return drop_seen_event_ids(spark, plan.changelog_table, plan.window.stream_id, frame)
 
     def window_counts(self, counts: dict, changes: int) -> dict:
+        """The counts, with each table's incremental-snapshot rows joined to its progress
+        (:func:`.progress.join_window_counts`)."""
         read = counts.get("events", 0) + counts.get("snapshot_rows", 0)
-        return {**counts, "changes": changes, "duplicates": read - changes}
+        return {**join_window_counts(counts), "changes": changes, "duplicates": read - changes}
 
     def check_window(self, spark, plan, frame) -> dict:
         """Transaction metadata: every transaction whose END this window read, committed
-        before the window end, holds its END's count of events per table (``transactions``)."""
+        before the window end, holds its END's count of events per table (``transactions``).
+        And the incremental snapshots' progress the window's notifications tell."""
         from airflow_cdc.sources.debezium.transactions import check_transactions
 
-        return check_transactions(self, spark, plan, frame)
+        checked = check_transactions(self, spark, plan, frame)
+        progress = WindowSnapshotProgress.of_notifications(self.window_notifications(plan))
+        return {**checked, **progress.to_counts()}
+
+    def window_notifications(self, plan) -> list[Notification]:
+        """The notifications the window reads (the plan's files of the notification topic, up
+        to the first one sent at or after the window end), in the order Debezium sent them.
+        Malformed lines are left out: the partition's read dead-letters them."""
+        if not self.notification_topic:
+            return []
+        _, reader = self._access()
+        found, partitions = [], 0
+        for position in plan.positions:
+            if snapshot_of(position.partition_id) is not None:
+                continue
+            topic, _ = parse_partition_id(position.partition_id)
+            if topic != self.notification_topic:
+                continue
+            partitions += 1
+            for _, line in self._planned_lines(reader, plan.window, position):
+                try:
+                    found.append(parse_notification(line))
+                except MalformedEventError:
+                    continue
+        # One partition's lines are in order; several partitions interleave by send time.
+        return sorted(found, key=lambda n: n.timestamp_ms or 0) if partitions > 1 else found
 
     def lineage_inputs(self, resolved) -> list[tuple[str, str]]:
         if self.prefix.startswith("gs://"):
             bucket, _, path = self.prefix[len("gs://"):].partition("/")
             return [(f"gs://{bucket}", path or "/")]
         return [("file", self.prefix)]
+
+
+def _notification_at_or_after(line: str, end_ms: int) -> bool:
+    try:
+        note = parse_notification(line)
+    except MalformedEventError:
+        return False  # read, and dead-lettered with its reason
+    return note.timestamp_ms is not None and note.timestamp_ms >= end_ms
+
+
+def _snapshot_following(stream_id: str, spec: Mapping[str, Any], topic_prefix: str) -> dict:
+    """The spec's ``signal_table`` and ``notification_topic``, checked, as the stream records them."""
+    recorded = {}
+    if spec.get("signal_table") is not None:
+        try:
+            parse_table_name("signal_table", spec["signal_table"])
+        except InvalidSignalError as error:
+            raise ValueError(f"stream {stream_id!r}: {error} (the connector's "
+                             f"signal.data.collection)") from None
+        recorded["signal_table"] = spec["signal_table"]
+    topic = spec.get("notification_topic")
+    if topic is not None:
+        reserved = {f"{topic_prefix}{TRANSACTION_TOPIC_SUFFIX}": "the transaction topic",
+                    f"{HEARTBEAT_TOPIC_PREFIX}.{topic_prefix}": "the heartbeat topic"}
+        if not isinstance(topic, str) or not _TOPIC.match(topic) or topic in reserved:
+            why = reserved.get(topic) if isinstance(topic, str) else None
+            raise ValueError(
+                f"notification_topic {topic!r} of stream {stream_id!r} is "
+                + (f"{why}" if why else "not a Kafka topic name (letters, digits, '.', '_', '-')")
+                + f": give the connector's notification.sink.topic.name (with "
+                  f"notification.enabled.channels=sink), e.g. {topic_prefix}.notifications")
+        recorded["notification_topic"] = topic
+    return recorded
 
 
 def _transaction_at_or_after(line: str, end_ms: int) -> bool:
