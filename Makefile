@@ -8,7 +8,7 @@ SYSTEM_JARS := /usr/share/java/jarjar.jar /usr/share/java/postgresql.jar /usr/sh
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
-.PHONY: setup test test-live check-install demo demo-datastream demo-bigtable demo-debezium live-datastream live-bigtable live-debezium bench services system-packages constraints clean
+.PHONY: setup test test-live check-install demo demo-datastream demo-bigtable demo-debezium demo-snapshot live-datastream live-bigtable live-debezium bench services system-packages constraints clean
 
 ## setup: venv with the pinned constraints, the package (editable), Debian jars, Iceberg jars.
 setup: $(STAMP)
@@ -72,6 +72,12 @@ demo-bigtable: setup
 ## Connect sink layout) into Iceberg by real DAG runs; the targets compared with the tables.
 demo-debezium: setup services
 	$(PY) -m airflow_cdc.demo.debezium
+
+## demo-snapshot: both snapshot kinds (Debezium's incremental snapshot by signal, the parallel
+## Spark snapshot between watermarks) on a running stream of real PostgreSQL through real
+## Debezium, while a workload changes the same keys; the targets compared with the tables.
+demo-snapshot: setup services
+	$(PY) -m airflow_cdc.demo.snapshot
 
 ## live-datastream: the Datastream DAG under Airflow's scheduler and triggerer on a 1-minute
 ## schedule while a writer lands files in wall-clock time (about 6 minutes).

@@ -248,11 +248,11 @@ def capture_config(sink: Path) -> dict:
 class CaptureProcess:
     """``airflow-cdc capture debezium`` in its own process (the JVM starts once per process)."""
 
-    def __init__(self, sink: Path, logs: Path):
+    def __init__(self, sink: Path, logs: Path, config: dict | None = None):
         self.sink = sink
         self.logs = logs
         self.config_file = logs / "capture.json"
-        self.config_file.write_text(json.dumps(capture_config(sink), indent=1))
+        self.config_file.write_text(json.dumps(config or capture_config(sink), indent=1))
         self.process: subprocess.Popen | None = None
         self.runs = 0
 
