@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from airflow_cdc.demo import postgres
 from airflow_cdc.demo.spanner import prepare_environment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,21 +143,11 @@ def phases() -> list[Phase]:
 
 # --- PostgreSQL -------------------------------------------------------------------------------
 def connect(dbname: str = DATABASE):
-    import psycopg2
-
-    conn = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname=dbname)
-    conn.autocommit = True
-    return conn
+    return postgres.connect(dbname)
 
 
 def execute(sql: str, dbname: str = DATABASE, params=None):
-    conn = connect(dbname)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, params)
-            return cur.fetchall() if cur.description else None
-    finally:
-        conn.close()
+    return postgres.execute(sql, dbname, params)
 
 
 def wait_slot_released(timeout: float = 60) -> None:
@@ -172,23 +163,14 @@ def wait_slot_released(timeout: float = 60) -> None:
 
 
 def drop_slot() -> None:
-    wait_slot_released()
-    execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-            "WHERE slot_name = %s", "postgres", (SLOT,))
+    postgres.drop_slot(SLOT)
 
 
 def recreate_database() -> None:
     try:
-        level = execute("SHOW wal_level", "postgres")[0][0]
-    except Exception as error:  # noqa: BLE001 - any connection failure
-        raise SystemExit(f"demo-debezium: PostgreSQL does not answer on 127.0.0.1:5432 as user "
-                         f"postgres ({error}): run make services") from None
-    if level != "logical":
-        raise SystemExit(f"demo-debezium: PostgreSQL runs with wal_level={level}; Debezium needs "
-                         f"logical: run make services (.ci/ensure-postgres sets it)")
-    drop_slot()
-    execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)", "postgres")
-    execute(f"CREATE DATABASE {DATABASE}", "postgres")
+        postgres.recreate_database(DATABASE, SLOT)
+    except RuntimeError as error:
+        raise SystemExit(f"demo-debezium: {error}") from None
     execute(SCHEMA)
 
 

@@ -51,6 +51,7 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 
+from airflow_cdc.demo import postgres
 from airflow_cdc.demo.live import (
     LiveAirflow,
     LiveResult,
@@ -128,53 +129,20 @@ class LiveDebeziumResult(LiveResult):
 
 # --- PostgreSQL -------------------------------------------------------------------------------
 def connect(dbname: str, autocommit: bool = True):
-    import psycopg2
-
-    conn = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname=dbname)
-    conn.autocommit = autocommit
-    return conn
+    return postgres.connect(dbname, autocommit)
 
 
 def execute(dbname: str, sql: str, params=None) -> list | None:
-    conn = connect(dbname)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, params)
-            return cur.fetchall() if cur.description else None
-    finally:
-        conn.close()
+    return postgres.execute(sql, dbname, params)
 
 
 def drop_slot(slot: str, timeout: float = 60) -> None:
-    """Drop the replication slot ``slot`` once no capture holds it (a stopping one may still)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        rows = execute("postgres", "SELECT active FROM pg_replication_slots WHERE slot_name = %s",
-                       (slot,))
-        if not rows:
-            return
-        if not rows[0][0]:
-            execute("postgres", "SELECT pg_drop_replication_slot(%s)", (slot,))
-            return
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"replication slot {slot} stays active: another capture holds it; "
-                               f"stop it (or drop the slot) and run again")
-        time.sleep(0.5)
+    postgres.drop_slot(slot, timeout)
 
 
 def recreate_database(settings: LiveSettings) -> None:
     """The database afresh, with both tables and their first rows (the capture's snapshot)."""
-    try:
-        level = execute("postgres", "SHOW wal_level")[0][0]
-    except Exception as error:  # noqa: BLE001 - any connection failure
-        raise RuntimeError(f"PostgreSQL is not reachable on 127.0.0.1:5432 (user postgres): run "
-                           f"make services (.ci/ensure-postgres). Cause: {error}") from None
-    if level != "logical":
-        raise RuntimeError(f"PostgreSQL runs with wal_level={level}; Debezium needs logical: run "
-                           f"make services (.ci/ensure-postgres sets it and restarts the server)")
-    drop_slot(settings.slot)
-    execute("postgres", f"DROP DATABASE IF EXISTS {settings.database} WITH (FORCE)")
-    execute("postgres", f"CREATE DATABASE {settings.database}")
+    postgres.recreate_database(settings.database, settings.slot)
     rng = random.Random(settings.seed)
     conn = connect(settings.database, autocommit=False)
     with conn, conn.cursor() as cur:

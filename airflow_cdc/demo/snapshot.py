@@ -38,6 +38,7 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from pathlib import Path
 
+from airflow_cdc.demo import postgres
 from airflow_cdc.demo.debezium import CaptureProcess, wait_for
 from airflow_cdc.demo.spanner import prepare_environment
 
@@ -55,37 +56,15 @@ REGIONS = ("emea", "amer", "apac", "anz")
 CUSTOMERS = 20_000
 
 
-def connect(dbname: str = DATABASE):
-    import psycopg2
-
-    conn = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname=dbname)
-    conn.autocommit = True
-    return conn
-
-
 def execute(sql: str, dbname: str = DATABASE, params=None):
-    conn = connect(dbname)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, params)
-            return cur.fetchall() if cur.description else None
-    finally:
-        conn.close()
-
-
-def drop_slot() -> None:
-    execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-            "WHERE slot_name = %s AND NOT active", "postgres", (SLOT,))
+    return postgres.execute(sql, dbname, params)
 
 
 def recreate_database(rows: int) -> None:
-    level = execute("SHOW wal_level", "postgres")[0][0]
-    if level != "logical":
-        raise SystemExit(f"demo-snapshot: PostgreSQL runs with wal_level={level}; Debezium needs "
-                         f"logical: run make services")
-    drop_slot()
-    execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)", "postgres")
-    execute(f"CREATE DATABASE {DATABASE}", "postgres")
+    try:
+        postgres.recreate_database(DATABASE, SLOT)
+    except RuntimeError as error:
+        raise SystemExit(f"demo-snapshot: {error}") from None
     per_region = rows // len(REGIONS)
     execute(f"""
         CREATE TABLE orders (region text NOT NULL, id bigint NOT NULL, customer_id int NOT NULL,
@@ -141,7 +120,7 @@ class Workload(threading.Thread):
 
     def run(self) -> None:
         rng = random.Random(23)
-        conn = connect()
+        conn = postgres.connect(DATABASE)
         try:
             with conn.cursor() as cur:
                 while not self.stop.is_set():
@@ -257,7 +236,7 @@ def truth() -> dict[str, dict]:
     """Both tables as PostgreSQL has them: table -> key tuple -> row."""
     from psycopg2.extras import RealDictCursor
 
-    conn = connect()
+    conn = postgres.connect(DATABASE)
     try:
         with conn.cursor(cursor_factory=RealDictCursor) as cur:
             tables = {}
@@ -375,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         workload.stop.set()
         capture.stop()
-        drop_slot()
+        postgres.drop_slot(SLOT)  # a slot left behind would keep WAL on this machine for ever
     result = compare(base / "warehouse")
     for table, detail in result["tables"].items():
         print(f"demo-snapshot: {table}: {detail}", flush=True)

@@ -1,14 +1,20 @@
-"""The parallel snapshot against real PostgreSQL while real Debezium captures and a writer
-changes the same keys: no READ row overrides a change newer than its read, and a snapshot
-killed mid-way resumes from its last whole batch.
+"""Both snapshot kinds against real PostgreSQL while real Debezium captures and a writer
+changes the same keys: no READ row overrides a change newer than its read, and a parallel
+snapshot killed mid-way resumes from its last whole batch.
 
-A table with a two-column key (text, int) is captured with ``snapshot.mode = no_data`` (the
-stream starts empty: the parallel snapshot is the initial load). While a writer updates,
-deletes and inserts keys of every chunk, the snapshot job runs by spark-submit and is killed
-(SIGKILL) once its first batch is staged; then ``CdcSnapshotOperator`` runs it again through
-a real Airflow task (dag.test), which resumes it. One window of the stream then takes the
-captured changes and the staged batches into the changelog and applies them; the target
-must equal the table as PostgreSQL has it at the end.
+Two tables are captured with ``snapshot.mode = no_data`` (the stream starts empty: the
+snapshots are the initial load):
+
+* ``items`` (key ``(region, id)``): the parallel snapshot job runs by spark-submit and is
+  killed (SIGKILL) once its first batch is staged; then ``CdcSnapshotOperator`` runs it
+  again through a real Airflow task (dag.test), which resumes it;
+* ``people`` (key ``id``): Debezium's own incremental snapshot, started by a signal row, in
+  chunks of 250 rows.
+
+A writer updates, deletes and inserts keys of both tables throughout. One window of the
+stream then takes the captured changes (Debezium's READ rows among them) and the staged
+batches into the changelog and applies them; both targets must equal their tables as
+PostgreSQL has them at the end.
 """
 
 from __future__ import annotations
@@ -38,6 +44,10 @@ DB = "cdc_parallel_snap"
 SLOT = "cdc_parallel_snap_slot"
 PREFIX = "psnap"
 ROWS = 12_000
+PEOPLE = 3_000
+NOTIFICATIONS = f"{PREFIX}.notifications"
+SIGNAL = ("INSERT INTO debezium_signal VALUES ('people-1', 'execute-snapshot', "
+          "'{\"data-collections\": [\"public.people\"], \"type\": \"incremental\"}')")
 REGIONS = ("eu", "us", "ap")
 
 
@@ -82,7 +92,15 @@ class Writer(threading.Thread):
                 while not self.stop.is_set():
                     region, key = rng.choice(REGIONS), rng.randrange(ROWS // len(REGIONS) + 50)
                     roll = rng.random()
-                    if roll < 0.6:
+                    if roll < 0.15:
+                        cur.execute("UPDATE people SET score = score + 1, name = %s WHERE id = %s",
+                                    (f"p{self.changes}", rng.randrange(PEOPLE)))
+                    elif roll < 0.2:
+                        cur.execute("DELETE FROM people WHERE id = %s", (rng.randrange(PEOPLE),))
+                    elif roll < 0.25:
+                        cur.execute("INSERT INTO people VALUES (%s, 'new', 0) ON CONFLICT (id) "
+                                    "DO UPDATE SET name = 'back'", (rng.randrange(PEOPLE + 100),))
+                    elif roll < 0.6:
                         cur.execute("UPDATE items SET note = %s, amount = amount + 1 "
                                     "WHERE region = %s AND id = %s", (f"w{self.changes}", region, key))
                     elif roll < 0.8:
@@ -116,6 +134,16 @@ def newest_heartbeat_ms(sink: Path) -> int:
             value = value.get("payload", value)
             newest = max(newest, int(value["ts_ms"]))
     return newest
+
+
+def notified(sink: Path, kind: str) -> bool:
+    for path in sink.glob(f"topics/{NOTIFICATIONS}/partition=0/*.json"):
+        for line in path.read_text().splitlines():
+            value = json.loads(line)
+            value = value.get("payload", value)
+            if value.get("aggregate_type") == "Incremental Snapshot" and value.get("type") == kind:
+                return True
+    return False
 
 
 def kill_after_first_batch(operator, staging: Path) -> dict:
@@ -191,6 +219,10 @@ def snapshot_run(spark, airflow_db, tmp_path_factory):
                             local_at timestamp, PRIMARY KEY (region, id));
         INSERT INTO items SELECT r, g, 'n' || g, g / 100.0, now(), '2025-03-30 02:30:00.123456'
             FROM unnest(ARRAY{list(REGIONS)}) r, generate_series(0, {ROWS // len(REGIONS) - 1}) g;
+        CREATE TABLE people (id int PRIMARY KEY, name text NOT NULL, score int NOT NULL);
+        INSERT INTO people SELECT g, 'person ' || g, g FROM generate_series(0, {PEOPLE - 1}) g;
+        CREATE TABLE debezium_signal (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL,
+                                      data varchar(2048));
     """)
     config_path = base / "capture.json"
     config_path.write_text(json.dumps({
@@ -199,9 +231,12 @@ def snapshot_run(spark, airflow_db, tmp_path_factory):
             "name": "cdc-psnap-test", "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
             "plugin.name": "pgoutput", "database.hostname": "127.0.0.1", "database.port": 5432,
             "database.user": "postgres", "database.dbname": DB, "topic.prefix": PREFIX,
-            "table.include.list": "public.items", "slot.name": SLOT,
-            "publication.name": "cdc_psnap_pub", "publication.autocreate.mode": "filtered",
-            "heartbeat.interval.ms": 300, "snapshot.mode": "no_data",
+            "table.include.list": "public.items,public.people,public.debezium_signal",
+            "slot.name": SLOT, "publication.name": "cdc_psnap_pub",
+            "publication.autocreate.mode": "filtered", "heartbeat.interval.ms": 300,
+            "snapshot.mode": "no_data", "signal.data.collection": "public.debezium_signal",
+            "incremental.snapshot.chunk.size": 250,
+            "notification.enabled.channels": "sink", "notification.sink.topic.name": NOTIFICATIONS,
         },
     }))
     writer = Writer()
@@ -215,8 +250,11 @@ def snapshot_run(spark, airflow_db, tmp_path_factory):
     try:
         wait_for(lambda: newest_heartbeat_ms(sink) > 0, 120, "the capture's first heartbeat")
         writer.start()
+        execute(SIGNAL)  # Debezium's incremental snapshot of people, beside the parallel one
         killed = kill_after_first_batch(dag.get_task("snapshot"), staging)
         run = dag.test()
+        wait_for(lambda: notified(sink, "COMPLETED"), 120,
+                 "Debezium's incremental snapshot of people to complete")
         writer.stop.set()
         writer.join()
         assert writer.error is None, writer.error
@@ -243,7 +281,8 @@ def applied(snapshot_run, spark):
     store.migrate()
     config = StreamConfig.for_source("debezium", stream_id, {
         "prefix": str(sink), "topic_prefix": PREFIX,
-        "key_columns": {"public.items": ["region", "id"]},
+        "key_columns": {"public.items": ["region", "id"], "public.people": ["id"]},
+        "signal_table": "public.debezium_signal", "notification_topic": NOTIFICATIONS,
         "settings": {"flush_lateness_seconds": 1},
     }, namespace=stream_id, work_root=str(base / "work"))
     window = Window(stream_id, datetime.now(timezone.utc) - timedelta(hours=1),
@@ -267,7 +306,8 @@ def applied(snapshot_run, spark):
                             f"GROUP BY reason ORDER BY n DESC LIMIT 5").collect()
         pytest.fail(f"apply failed: {[(r.reason[:300], r.n) for r in reasons]}")
     return {"stream_id": stream_id, "store": store, "window": window, "extracted": extracted,
-            "target": f"lake.{stream_id}_t.public_items", "changelog": config.changelog_table}
+            "target": f"lake.{stream_id}_t.public_items", "changelog": config.changelog_table,
+            "people": f"lake.{stream_id}_t.public_people"}
 
 
 def test_a_snapshot_killed_after_its_first_batch_resumes_from_the_next_chunk(snapshot_run):
@@ -319,3 +359,18 @@ def test_the_window_that_takes_the_last_batch_finishes_the_snapshot_partition(ap
     snapshot = [p for p in partitions if p.partition_id == "snapshot:items-1"]
     assert len(snapshot) == 1 and snapshot[0].state.value == "FINISHED"
     assert applied["extracted"]["counts"]["snapshot_batches"] == 3
+
+
+def test_debezium_incremental_snapshot_rows_never_override_newer_changes(applied, spark):
+    expected = {i: (n, sc) for i, n, sc in execute("SELECT id, name, score FROM people")}
+    target = {row.id: (row.name, row.score) for row in spark.table(applied["people"]).collect()}
+    differ = sorted(k for k in expected.keys() & target.keys() if expected[k] != target[k])[:5]
+    assert (sorted(set(expected) - set(target))[:5], sorted(set(target) - set(expected))[:5],
+            differ) == ([], [], [])
+
+
+def test_the_window_summary_reports_debezium_snapshot_of_people_completed(applied):
+    counts = applied["extracted"]["counts"]
+    people = counts["incremental_snapshots"]["public.people"]
+    assert people["status"] == "completed" and people["chunks"] >= PEOPLE // 250
+    assert counts["incremental_snapshot_rows"] > 0 and counts["signal_events"] > 0
