@@ -70,7 +70,6 @@ def drop_database() -> None:
 
 @pytest.fixture(scope="module")
 def replay(airflow_db, tmp_path_factory):
-    pytest.importorskip("pydbzengine", reason="the debezium extra: pip install -e '.[debezium]'")
     from airflow.dag_processing.dagbag import DagBag
 
     base = tmp_path_factory.mktemp("debezium-dag")

