@@ -37,7 +37,18 @@ class UnsupportedSnapshotColumnError(CdcError, ValueError):
     """A column the JDBC reader typed in a way the changelog has no text for."""
 
 
-_INTEGRAL = ("tinyint", "smallint", "int", "bigint")
+# Spark type -> (canonical type, SQL text of its changelog text, ``{}`` the column).
+_TEXTS = {
+    **{t: ("INT64", "CAST({} AS STRING)") for t in ("tinyint", "smallint", "int", "bigint")},
+    **{t: ("STRING", "{}") for t in ("string", "varchar", "char")},
+    "boolean": ("BOOL", "CAST({} AS STRING)"),
+    "float": ("FLOAT32", "CAST({} AS STRING)"),
+    "double": ("FLOAT64", "CAST({} AS STRING)"),
+    "date": ("DATE", "CAST({} AS STRING)"),
+    "timestamp": ("TIMESTAMP", "date_format({}, \"yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'\")"),
+    "timestamp_ntz": ("DATETIME", "date_format({}, \"yyyy-MM-dd'T'HH:mm:ss.SSSSSS\")"),
+    "binary": ("BYTES", "base64({})"),
+}
 
 
 def canonical_and_text(column: str, spark_type: str, declared: str | None = None) -> tuple[str, str]:
@@ -47,28 +58,13 @@ def canonical_and_text(column: str, spark_type: str, declared: str | None = None
     ref = f"`{column.replace('`', '``')}`"
     if declared is not None:
         return declared, f"CAST({ref} AS STRING)"
-    if spark_type in _INTEGRAL:
-        return "INT64", f"CAST({ref} AS STRING)"
     if spark_type.startswith("decimal("):
         precision, scale = spark_type[len("decimal("):-1].split(",")
-        # toPlainString: Spark's own text uses an exponent for small values (1E-7).
         return f"NUMERIC({precision},{scale})", f"CAST({ref} AS STRING)"
-    if spark_type in ("string", "varchar", "char") or spark_type.startswith(("varchar(", "char(")):
-        return "STRING", ref
-    if spark_type == "boolean":
-        return "BOOL", f"CAST({ref} AS STRING)"
-    if spark_type == "float":
-        return "FLOAT32", f"CAST({ref} AS STRING)"
-    if spark_type == "double":
-        return "FLOAT64", f"CAST({ref} AS STRING)"
-    if spark_type == "date":
-        return "DATE", f"CAST({ref} AS STRING)"
-    if spark_type == "timestamp":
-        return "TIMESTAMP", f"date_format({ref}, \"yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'\")"
-    if spark_type == "timestamp_ntz":
-        return "DATETIME", f"date_format({ref}, \"yyyy-MM-dd'T'HH:mm:ss.SSSSSS\")"
-    if spark_type == "binary":
-        return "BYTES", f"base64({ref})"
+    base = spark_type.split("(", 1)[0]  # varchar(20), char(3)
+    if base in _TEXTS and (base == spark_type or base in ("varchar", "char")):
+        canonical, text = _TEXTS[base]
+        return canonical, text.format(ref)
     raise UnsupportedSnapshotColumnError(
         f"column {column!r} was read as Spark type {spark_type!r}, which a snapshot cannot write "
         f"as a change: leave the column out of the snapshot's columns, or cast it in a view "

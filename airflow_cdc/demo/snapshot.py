@@ -39,7 +39,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from airflow_cdc.demo import postgres
-from airflow_cdc.demo.debezium import CaptureProcess, wait_for
+from airflow_cdc.demo.debezium import CaptureProcess, wait_for, wait_until_captured
 from airflow_cdc.demo.spanner import prepare_environment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -208,22 +208,14 @@ def parallel_taken(snapshot_id: str) -> bool:
                    for p in store.list_partitions(STREAM_ID))
 
 
-def newest_heartbeat(sink: Path) -> int:
-    newest = 0
-    for path in sink.glob(f"topics/__debezium-heartbeat.{TOPIC_PREFIX}/partition=0/*.json"):
-        for line in path.read_text().splitlines():
-            value = json.loads(line)
-            newest = max(newest, int(value.get("payload", value)["ts_ms"]))
-    return newest
-
-
-def run_window(dag, end: datetime, lateness: float, sink: Path, capture: CaptureProcess) -> float:
+def run_window(dag, source, end: datetime, lateness: float, capture: CaptureProcess) -> float:
+    """The stream's DAG run for the window ending ``end``, once a heartbeat proves its
+    changes are in the sink (the source's own readiness rule)."""
     from airflow.utils.state import DagRunState
 
-    due = end + timedelta(seconds=lateness)
-    time.sleep(max(0.0, (due - datetime.now(timezone.utc)).total_seconds()))
-    wait_for(lambda: newest_heartbeat(sink) >= int(due.timestamp() * 1000), 180,
-             f"a heartbeat after {due.isoformat()} in the sink", capture.check_alive)
+    time.sleep(max(0.0, (end + timedelta(seconds=lateness)
+                         - datetime.now(timezone.utc)).total_seconds()))
+    wait_until_captured(source, end, capture)
     began = time.monotonic()
     run = dag.test(logical_date=end)
     if run.state != DagRunState.SUCCESS:
@@ -310,13 +302,18 @@ def main(argv: list[str] | None = None) -> int:
         if dag_id not in bag.dags:
             raise SystemExit(f"demo-snapshot: DAG {dag_id} does not import: {bag.import_errors}")
 
+    from airflow_cdc.sources.debezium.source import DebeziumSource
+
+    source = DebeziumSource({"prefix": str(sink), "topic_prefix": TOPIC_PREFIX,
+                             "key_columns": KEY_COLUMNS,
+                             "settings": {"flush_lateness_seconds": args.lateness_seconds}})
     capture = CaptureProcess(sink, logs, capture_config(sink))
     workload = Workload(args.rows)
     windows = 0
     try:
         capture.start()
-        wait_for(lambda: newest_heartbeat(sink) > 0, 120, "the capture's first heartbeat",
-                 capture.check_alive)
+        wait_for(lambda: (sink / "topics" / f"__debezium-heartbeat.{TOPIC_PREFIX}").is_dir(), 120,
+                 "the capture's first heartbeat", capture.check_alive)
         workload.start()
         workload.snapshots_running.set()
         print(f"demo-snapshot: capture streaming, workload running; {args.rows} orders and "
@@ -331,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{summary}", flush=True)
         end = windows_start + window
         while True:
-            seconds = run_window(bag.dags[STREAM_DAG], end, args.lateness_seconds, sink, capture)
+            seconds = run_window(bag.dags[STREAM_DAG], source, end, args.lateness_seconds, capture)
             windows += 1
             done = (parallel_taken(summary["snapshot_id"]), incremental_completed())
             print(f"demo-snapshot: window ending {end.time()} in {seconds:.0f} s; parallel "
