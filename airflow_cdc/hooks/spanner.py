@@ -51,3 +51,37 @@ class SpannerChangeStreamHook(EmulatorAwareGoogleHook):
             project=project_id or self.project_id, credentials=self.get_credentials()
         )
         return client.instance(instance_id).database(database_id)
+
+
+# A re-seed request of a commit-timestamp stream: an Airflow Variable holding the JSON list of
+# the instants to re-seed at (SpannerCommitTimestampReseedOperator appends; the plan reads).
+RESEED_VARIABLE = "airflow_cdc_reseed__{stream_id}"
+
+
+class SpannerDatabaseHook(SpannerChangeStreamHook):
+    """A Spanner database for the commit-timestamp source: the schema, the retention, and the
+    re-seed requests of its streams (kept as Airflow Variables, visible in the UI)."""
+
+    def reseed_requests(self, stream_id: str) -> list:
+        """The instants re-seeds were requested at for ``stream_id`` (oldest first)."""
+        import json
+
+        from airflow.sdk import Variable
+
+        from airflow_cdc.model import parse_ts
+
+        text = Variable.get(RESEED_VARIABLE.format(stream_id=stream_id), default=None)
+        return sorted(parse_ts(at) for at in json.loads(text)) if text else []
+
+    def request_reseed(self, stream_id: str, at) -> list:
+        """Add a re-seed at ``at`` for ``stream_id``; returns every requested instant."""
+        import json
+
+        from airflow.sdk import Variable
+
+        from airflow_cdc.model import format_ts
+
+        instants = sorted({format_ts(a) for a in (*self.reseed_requests(stream_id), at)})
+        Variable.set(RESEED_VARIABLE.format(stream_id=stream_id), json.dumps(instants),
+                     description=f"airflow-cdc: re-seed requests of stream {stream_id}")
+        return instants

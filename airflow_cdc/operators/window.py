@@ -234,7 +234,7 @@ class CdcPlanOperator(CdcWindowOperator):
             new_partitions=found.partitions,
             plan_options=lambda kept, positions: {
                 **(dict(decided or {}) if kept is None else {}),
-                **source.plan_options(kept, now, hook, positions),
+                **source.plan_options(kept, now, hook, positions, window=window),
             },
         ))
         return {

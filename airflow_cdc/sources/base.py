@@ -238,10 +238,13 @@ class ChangeSource:
         return Discovery()
 
     def plan_options(self, kept: Mapping | None, planned_at: datetime, hook: Any,
-                     positions: Sequence[PartitionPosition] = ()) -> dict:
+                     positions: Sequence[PartitionPosition] = (),
+                     window: Window | None = None) -> dict:
         """Options the extract reads from the plan file. ``kept``: an earlier attempt's (None
         for the first), so a choice made once stays the same on every re-plan; ``positions``:
-        where the window reads each partition from (Debezium names the files from them)."""
+        where the window reads each partition from (Debezium names the files from them);
+        ``window``: the window planned (Spanner commit timestamps refuse one ending in the
+        future and check its read instants against the retention)."""
         return {}
 
     def plan_summary(self, plan) -> dict:

@@ -29,6 +29,7 @@ BUILT_IN = {
     "datastream": "airflow_cdc.sources.datastream.source:DatastreamSource",
     "bigtable_change_stream": "airflow_cdc.sources.bigtable.source:BigtableChangeStreamSource",
     "debezium": "airflow_cdc.sources.debezium.source:DebeziumSource",
+    "spanner_commit_ts": "airflow_cdc.sources.spanner_commit_ts.source:SpannerCommitTimestampSource",
 }
 # The spec key that names a source's class by import path (not part of its fingerprint).
 CLASS_KEY = "class"

@@ -150,7 +150,8 @@ class BigtableChangeStreamSource(ChangeSource):
         return [PartitionPosition(INITIAL_PARTITION, window.start)]
 
     def plan_options(self, kept: Mapping | None, planned_at: datetime, hook: Any,
-                     positions: Sequence[PartitionPosition] = ()) -> dict:
+                     positions: Sequence[PartitionPosition] = (),
+                     window: Window | None = None) -> dict:
         """A re-plan keeps the first plan's ``unconfirmed`` flag (set from the readiness
         answer when the ``open`` stall policy opened the window, :mod:`.readiness`)."""
         if kept is not None:

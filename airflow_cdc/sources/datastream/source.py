@@ -121,7 +121,8 @@ class DatastreamSource(ChangeSource):
         )
 
     def plan_options(self, kept: Mapping | None, planned_at: datetime, hook: Any,
-                     positions: Sequence[PartitionPosition] = ()) -> dict:
+                     positions: Sequence[PartitionPosition] = (),
+                     window: Window | None = None) -> dict:
         from airflow_cdc.sources.datastream.plan import plan_options
 
         return plan_options(

@@ -254,7 +254,8 @@ class DebeziumSource(ChangeSource):
         return staged_snapshots(lister(self.snapshots_root + "/"), self.snapshots_root)
 
     def plan_options(self, kept: Mapping | None, planned_at: datetime, hook: Any,
-                     positions: Sequence[PartitionPosition] = ()) -> dict:
+                     positions: Sequence[PartitionPosition] = (),
+                     window: Window | None = None) -> dict:
         """The exact files each topic-partition's read takes (from its resume offset to the
         last file listed now, by path under the prefix), and the heartbeat evidence."""
         if kept is not None:

@@ -1,0 +1,21 @@
+"""Spanner tables with commit-timestamp columns (seed 003) as a change source.
+
+Many Spanner databases have no change stream but keep the commit time of every insert and
+update in a ``TIMESTAMP`` column with ``allow_commit_timestamp=true``. A window ``[s, e)``
+of such a table is one consistent read **at the exact timestamp e** of the rows whose
+commit-timestamp column lies in ``[s, e)``: a read at ``e`` sees every commit ``<= e`` and
+none after, so the window is complete once ``e`` is past; no watermark needs waiting for.
+
+* :mod:`.schema`: the tables' schema from INFORMATION_SCHEMA, checked before a window is
+  planned (the column exists, is a commit-timestamp column; the seed's hotspot warnings).
+* :mod:`.sql`: the window query ``WHERE col >= @s AND col < @e`` (the form Spanner optimizes)
+  and the key query of the reconciliation, in both dialects, identifiers quoted.
+* :mod:`.rows`: result rows -> change rows (ordering per key: commit timestamp, then key).
+* :mod:`.extract`: the window on Spark: one batch snapshot at ``e``, split by Spanner's
+  partitioned query into Spark tasks; soft deletes; key reconciliation; re-seeds.
+* :mod:`.source`: the class behind the seam.
+"""
+
+SOURCE_KIND = "spanner_commit_ts"
+# A re-seed's partition: ``reseed:<read timestamp>`` (see source.py, discover).
+RESEED_PREFIX = "reseed:"
