@@ -8,7 +8,7 @@ SYSTEM_JARS := /usr/share/java/jarjar.jar /usr/share/java/postgresql.jar /usr/sh
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
-.PHONY: setup test test-live check-install demo demo-datastream demo-bigtable demo-debezium demo-snapshot live-datastream live-bigtable live-debezium bench services system-packages constraints clean
+.PHONY: setup test test-live check-install demo demo-datastream demo-bigtable demo-debezium demo-snapshot demo-commit-ts live-datastream live-bigtable live-debezium live-commit-ts bench services system-packages constraints clean
 
 ## setup: venv with the pinned constraints, the package (editable), Debian jars, Iceberg jars.
 setup: $(STAMP)
@@ -79,6 +79,12 @@ demo-debezium: setup services
 demo-snapshot: setup services
 	$(PY) -m airflow_cdc.demo.snapshot
 
+## demo-commit-ts: Spanner tables read by their commit-timestamp columns (no change stream):
+## a 2-hour history on the emulator, 20-minute windows read at their exact ends, soft
+## deletes and a key reconciliation every 3 windows; targets compared with the true state.
+demo-commit-ts: setup
+	$(PY) -m airflow_cdc.demo.commit_ts
+
 ## live-datastream: the Datastream DAG under Airflow's scheduler and triggerer on a 1-minute
 ## schedule while a writer lands files in wall-clock time (about 6 minutes).
 live-datastream: setup
@@ -93,6 +99,12 @@ live-bigtable: setup
 ## schedule while a workload writes to PostgreSQL and the capture runs (about 6 minutes).
 live-debezium: setup services
 	$(PY) -m airflow_cdc.demo.live_debezium
+
+## live-commit-ts: the commit-timestamp DAG under Airflow's scheduler and triggerer on a
+## 1-minute schedule while a writer commits through the Spanner client in wall-clock time
+## (about 6 minutes).
+live-commit-ts: setup
+	$(PY) -m airflow_cdc.demo.live_commit_ts
 
 ## bench: benchmarks (ratios against a baseline measured in the same run); bench/snapshot.py
 ## reads a table of 1M rows in PostgreSQL three ways (about 3 minutes) and runs Debezium.

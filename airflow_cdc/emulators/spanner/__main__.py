@@ -1,9 +1,14 @@
-"""Run the Spanner change stream emulator until killed.
+"""Run the Spanner emulator until killed: a change stream history, or commit timestamp tables.
 
     python -m airflow_cdc.emulators.spanner --port 9010 --seed 7 --hours 2
+    python -m airflow_cdc.emulators.spanner --commit-ts-tables --version-retention 3h [--wall-clock]
 
-The first line printed is ``SPANNER_EMULATOR_HOST=<host>:<port>``; the history's summary
-(stream name, partitions, splits, merges, change counts) follows as one JSON line.
+The first line printed is ``SPANNER_EMULATOR_HOST=<host>:<port>``; a summary follows as one
+JSON line: the change stream history's (stream name, partitions, splits, merges, change
+counts), or with ``--commit-ts-tables`` the seeded tables' (commits, changes by table, hard
+and soft deletes, whole-minute commits, shared commit timestamps). ``--with-change-stream``
+serves both. With ``--wall-clock`` the clock follows real time and the seeded tables' history
+ends at start-up (unless ``--start`` says otherwise).
 """
 
 from __future__ import annotations
@@ -12,12 +17,18 @@ import argparse
 import json
 import signal
 import sys
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 from airflow_cdc.model import CdcError, parse_ts
 
-from .history import DEFAULT_START, DEFAULT_STREAM, HistoryConfig, History
-from .server import EmulatorStartError, SpannerChangeStreamEmulator
+from .history import DEFAULT_START, DEFAULT_STREAM, History, HistoryConfig
+from .server import EmulatorStartError, SpannerEmulator
+from .tables import (
+    CommitTimestampHistoryConfig,
+    VersionedDatabase,
+    commit_timestamp_tables,
+)
+from .tables.definition import DEFAULT_VERSION_RETENTION_PERIOD
 
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
@@ -34,7 +45,11 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument(
-        "--start", type=parse_ts, default=DEFAULT_START, help="history start, ISO-8601 with offset"
+        "--start",
+        type=parse_ts,
+        default=None,
+        help=f"history start, ISO-8601 with offset (default {DEFAULT_START.isoformat()}; with "
+        f"--wall-clock, --hours before start-up)",
     )
     parser.add_argument("--hours", type=float, default=defaults.duration.total_seconds() / 3600)
     parser.add_argument("--changes-per-second", type=float, default=defaults.changes_per_second)
@@ -64,30 +79,63 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         help="database id that GetDatabase reports as PostgreSQL (repeatable); every database "
         "answers both dialects' read functions",
     )
+    tables = parser.add_argument_group("commit timestamp tables")
+    tables.add_argument(
+        "--commit-ts-tables",
+        action="store_true",
+        help="serve the seeded tables with commit timestamp columns (Orders, Documents, "
+        "DocumentHistory, Customers, Events) instead of the change stream",
+    )
+    tables.add_argument(
+        "--with-change-stream",
+        action="store_true",
+        help="with --commit-ts-tables: serve the change stream history too",
+    )
+    tables.add_argument(
+        "--version-retention",
+        default=DEFAULT_VERSION_RETENTION_PERIOD,
+        help="the tables' version_retention_period, e.g. 1h (default, as Spanner) or 3h",
+    )
+    tables.add_argument(
+        "--transactions-per-minute",
+        type=float,
+        default=CommitTimestampHistoryConfig().transactions_per_minute,
+    )
+    tables.add_argument(
+        "--wall-clock",
+        action="store_true",
+        help="the clock follows real time (commits through the client get real-time "
+        "timestamps); the seeded history ends at start-up",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
+    if args.start is None:
+        args.start = _wall_clock_start(args.hours) if args.wall_clock else DEFAULT_START
     try:
-        history = _history(args)
-    except CdcError as error:
+        history = _history(args) if not args.commit_ts_tables or args.with_change_stream else None
+        tables = _tables(args) if args.commit_ts_tables else None
+        emulator = SpannerEmulator(
+            history,
+            tables=tables,
+            host=args.host,
+            port=args.port,
+            now=args.now,
+            wall_clock=args.wall_clock,
+            postgresql_databases=args.postgresql_database,
+        )
+    except (CdcError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    emulator = SpannerChangeStreamEmulator(
-        history,
-        host=args.host,
-        port=args.port,
-        now=args.now,
-        postgresql_databases=args.postgresql_database,
-    )
     try:
         emulator.start()
     except EmulatorStartError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"SPANNER_EMULATOR_HOST={emulator.emulator_host}", flush=True)
-    print(json.dumps(history.summary()), flush=True)
+    print(json.dumps(tables.summary() if tables else history.summary()), flush=True)
     signal.signal(signal.SIGTERM, lambda *_: emulator.stop())
     try:
         emulator.wait()
@@ -111,6 +159,24 @@ def _history(args: argparse.Namespace) -> History:
         quiet_periods=args.quiet_periods,
     )
     return History(config)
+
+
+def _tables(args: argparse.Namespace) -> VersionedDatabase:
+    config = CommitTimestampHistoryConfig(
+        seed=args.seed,
+        start=args.start,
+        duration=timedelta(hours=args.hours),
+        transactions_per_minute=args.transactions_per_minute,
+        version_retention_period=args.version_retention,
+        wall_clock=args.wall_clock,
+    )
+    return commit_timestamp_tables(config)
+
+
+def _wall_clock_start(hours: float) -> datetime:
+    """``hours`` before now, on a whole minute: a wall-clock history that ends by now."""
+    start = datetime.now(timezone.utc) - timedelta(hours=hours)
+    return start.replace(second=0, microsecond=0)
 
 
 if __name__ == "__main__":

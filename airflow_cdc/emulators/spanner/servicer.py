@@ -9,6 +9,11 @@ with a resume token arrives), the result metadata on the first batch only.
 Every database name answers both dialects' read functions (a real database has one dialect);
 ``GetDatabase`` reports POSTGRESQL for the database ids listed in ``postgresql_databases`` so
 clients that ask for the dialect get a stable answer.
+
+With ``tables`` (a :class:`~.tables.VersionedDatabase`), every other statement, transaction,
+partition and commit goes to :class:`~.tables.service.TableService`: exact-timestamp and
+partitioned reads of tables with commit timestamp columns, DML and mutations. Change stream
+queries keep their own path. One clock (:class:`~.clock.EmulatorClock`) drives both.
 """
 
 from __future__ import annotations
@@ -18,14 +23,19 @@ import threading
 import grpc
 from google.cloud.spanner_admin_database_v1.types import common as admin_common
 from google.cloud.spanner_admin_database_v1.types import spanner_database_admin as admin
-from google.cloud.spanner_v1.types import result_set, type as spanner_type
+from google.cloud.spanner_v1.types import result_set
+from google.cloud.spanner_v1.types import type as spanner_type
 from google.protobuf import struct_pb2
 from spannermockserver import DatabaseAdminServicer, SpannerServicer
 
 from . import records, sql
+from .clock import EmulatorClock
 from .history import History
 from .query import ChangeStreamQueryError, answer
 from .schema import GOOGLESQL, POSTGRESQL
+from .tables.service import TableService
+from .tables.status import SpannerStatusError
+from .tables.store import VersionedDatabase
 from .timeline import to_datetime
 
 ROWS_PER_BATCH = 200
@@ -36,16 +46,42 @@ _DIALECT_QUERY = (
 
 
 class ChangeStreamServicer(SpannerServicer):
-    """Answers change stream queries of one history, at the emulator's notion of "now"."""
+    """Answers change stream queries of one history and, given ``tables``, everything on them,
+    at the emulator's notion of "now" (``clock``; default: the tables' clock, or a settable
+    clock at the end of the history)."""
 
     def __init__(
-        self, history: History, now_us: int | None = None, postgresql_databases=()
+        self,
+        history: History | None,
+        now_us: int | None = None,
+        postgresql_databases=(),
+        *,
+        tables: VersionedDatabase | None = None,
+        clock: EmulatorClock | None = None,
     ) -> None:
         super().__init__()
+        if history is None and tables is None:
+            raise ValueError("the Spanner emulator needs a change stream history, tables or both")
         self.history = history
-        self.now_us = history.end_us if now_us is None else now_us
+        self.tables = tables
+        if clock is None:
+            clock = tables.clock if tables is not None else EmulatorClock(history.end_us)
+        self.clock = clock
+        if now_us is not None:
+            clock.set(now_us)
         self.postgresql_databases = frozenset(postgresql_databases)
+        self.table_service = (
+            None if tables is None else TableService(tables, self.postgresql_databases)
+        )
         self._session_lock = threading.Lock()
+
+    @property
+    def now_us(self) -> int:
+        return self.clock.now_us
+
+    @now_us.setter
+    def now_us(self, value: int) -> None:
+        self.clock.set(value)
 
     # The base class counts sessions without a lock; Spark executors create them concurrently.
     def CreateSession(self, request, context):
@@ -57,6 +93,8 @@ class ChangeStreamServicer(SpannerServicer):
             return super().BatchCreateSessions(request, context)
 
     def ExecuteSql(self, request, context):
+        if self.table_service is not None and not sql.mentions_change_stream(request.sql):
+            return self._tables(context, "execute_unary", request)
         context.abort(
             grpc.StatusCode.INVALID_ARGUMENT,
             "Change stream queries are not supported for the ExecuteSql API. Change stream "
@@ -81,6 +119,15 @@ class ChangeStreamServicer(SpannerServicer):
                 "c", spanner_type.TypeCode.INT64, struct_pb2.Value(string_value="1")
             )
             return
+        if self.table_service is not None and not sql.mentions_change_stream(text):
+            # Materialised first, so a refusal is a status, not a broken stream.
+            yield from self._tables(context, "execute_streaming", request, stream=True)
+            return
+        if self.history is None:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"This emulator serves no change stream (it was started with tables only): {text}",
+            )
         if not sql.mentions_change_stream(text):
             context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
@@ -96,6 +143,71 @@ class ChangeStreamServicer(SpannerServicer):
         except ChangeStreamQueryError as error:
             context.abort(grpc.StatusCode[error.code], error.message)
         yield from _batches(answered, query.dialect, query.function_name)
+
+    # --- tables: transactions, partitions, DML and commits ----------------------------------
+    def _tables(self, context, method: str, request, *, stream: bool = False):
+        pb = type(request).pb(request)
+        database_id = _database_id(request.session)
+        try:
+            answered = getattr(self.table_service, method)(pb, database_id)
+            return list(answered) if stream else answered
+        except SpannerStatusError as error:
+            context.abort(grpc.StatusCode[error.code], error.message)
+
+    def ExecuteBatchDml(self, request, context):
+        if self.table_service is None:
+            return super().ExecuteBatchDml(request, context)
+        return self._tables(context, "execute_batch_dml", request)
+
+    def BeginTransaction(self, request, context):
+        if self.table_service is None:
+            return super().BeginTransaction(request, context)
+        options = type(request).pb(request).options
+        try:
+            return self.table_service.begin_transaction(options, _database_id(request.session))
+        except SpannerStatusError as error:
+            context.abort(grpc.StatusCode[error.code], error.message)
+
+    def Commit(self, request, context):
+        if self.table_service is None:
+            return super().Commit(request, context)
+        return self._tables(context, "commit", request)
+
+    def Rollback(self, request, context):
+        if self.table_service is not None:
+            self.table_service.rollback(request.transaction_id)
+        return super().Rollback(request, context)
+
+    def PartitionQuery(self, request, context):
+        if self.table_service is None:
+            context.abort(
+                grpc.StatusCode.UNIMPLEMENTED,
+                "This emulator serves a change stream only: start it with tables to partition "
+                "queries",
+            )
+        return self._tables(context, "partition_query", request)
+
+    def PartitionRead(self, request, context):
+        context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            "PartitionRead is not supported by the emulator: use PartitionQuery",
+        )
+
+    def Read(self, request, context):
+        if self.table_service is None:
+            return super().Read(request, context)
+        metadata, rows, _ = self._tables(context, "read", request)
+        answer = result_set.ResultSet.pb()()
+        answer.metadata.CopyFrom(metadata)
+        for row in rows:
+            answer.rows.add().values.extend(row)
+        return answer
+
+    def StreamingRead(self, request, context):
+        if self.table_service is None:
+            yield from super().StreamingRead(request, context)
+            return
+        yield from self._tables(context, "streaming_read", request, stream=True)
 
 
 def _check_single_use(request) -> None:
@@ -146,11 +258,22 @@ def _database_id(name: str) -> str:
 
 
 class SchemaAdminServicer(DatabaseAdminServicer):
-    """GetDatabase and GetDatabaseDdl, so ``Database.reload()`` and dialect lookups work."""
+    """GetDatabase and GetDatabaseDdl, so ``Database.reload()`` and dialect lookups work.
 
-    def __init__(self, history: History, postgresql_databases=()) -> None:
+    With tables, GetDatabase also reports ``version_retention_period`` and
+    ``earliest_version_time`` (max(creation, now - retention)).
+    """
+
+    def __init__(
+        self,
+        history: History | None,
+        postgresql_databases=(),
+        *,
+        tables: VersionedDatabase | None = None,
+    ) -> None:
         super().__init__()
         self.history = history
+        self.tables = tables
         self.postgresql_databases = frozenset(postgresql_databases)
 
     def _dialect(self, name: str) -> str:
@@ -158,17 +281,39 @@ class SchemaAdminServicer(DatabaseAdminServicer):
 
     def GetDatabase(self, request, context):
         dialect = self._dialect(request.name)
-        return admin.Database(
+        created_us = self.tables.created_us if self.tables is not None else self.history.created_us
+        database = admin.Database(
             name=request.name,
             state=admin.Database.State.READY,
-            create_time=to_datetime(self.history.created_us),
+            create_time=to_datetime(created_us),
             database_dialect=getattr(admin_common.DatabaseDialect, dialect),
         )
+        if self.tables is not None:
+            database.version_retention_period = self.tables.version_retention_period
+            database.earliest_version_time = to_datetime(self.tables.earliest_version_us())
+        return database
 
     def GetDatabaseDdl(self, request, context):
-        return admin.GetDatabaseDdlResponse(
-            statements=ddl_statements(self.history, self._dialect(request.database))
-        )
+        dialect = self._dialect(request.database)
+        statements = []
+        if self.history is not None:
+            statements = ddl_statements(self.history, dialect)
+        if self.tables is not None:
+            served = {t.name.lower() for t in self.tables.schema.tables}
+            # The tables' own definitions win over same-named tables of a change stream history.
+            statements = [
+                s for s in statements
+                if not (s.startswith("CREATE TABLE") and _created_table(s) in served)
+            ]  # fmt: skip
+            table_ddl = self.tables.schema.ddl(
+                dialect, _database_id(request.database), self.tables.version_retention_period
+            )
+            statements = table_ddl[:-1] + statements + table_ddl[-1:]
+        return admin.GetDatabaseDdlResponse(statements=statements)
+
+
+def _created_table(statement: str) -> str:
+    return statement.split()[2].strip('"`(').lower()
 
 
 def ddl_statements(history: History, dialect: str) -> list[str]:

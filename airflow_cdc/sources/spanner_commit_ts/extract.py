@@ -281,7 +281,8 @@ class _TaskContext:
                 "param_types": {n: param_types.TIMESTAMP for n in params} or None}}
             for values in snapshot.process_query_batch(batch):
                 if read.mode == KEYS:
-                    keys = {k: normalize(v) for k, v in zip(plan.keys, values)}
+                    types = plan.types
+                    keys = {k: normalize(v, types.get(k, "")) for k, v in zip(plan.keys, values)}
                     yield ("key", read.table, key_text(keys))
                     continue
                 try:

@@ -18,6 +18,7 @@ same ids (I1).
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Mapping, Sequence
 from datetime import date, datetime
@@ -34,13 +35,19 @@ class UnreadableRowError(ValueError):
     """A row that cannot become a change (its commit-timestamp column is NULL)."""
 
 
-def normalize(value: Any) -> Any:
-    """A value as google-cloud-spanner returns it -> the value change rows carry (JSON columns
-    as their JSON text, as Spanner's change streams give them; lists element by element)."""
-    if value is None or isinstance(value, (str, bool, int, float, bytes, date, datetime)):
-        return value
+def normalize(value: Any, type_name: str = "") -> Any:
+    """A value as google-cloud-spanner returns it -> the value change rows carry: JSON columns
+    as their JSON text (as Spanner's change streams give them), BYTES decoded (the client
+    hands them over still base64-encoded), lists element by element."""
+    if value is None:
+        return None
     if isinstance(value, list):
-        return [normalize(v) for v in value]
+        inner = type_name[len("ARRAY<"):-1] if type_name.startswith("ARRAY<") else ""
+        return [normalize(v, inner) for v in value]
+    if type_name == "BYTES" and isinstance(value, (bytes, str)):
+        return base64.b64decode(value)
+    if isinstance(value, (str, bool, int, float, bytes, date, datetime)):
+        return value
     serialize = getattr(value, "serialize", None)  # JsonObject (a dict or list subclass)
     if callable(serialize):
         return serialize()
@@ -62,8 +69,8 @@ def is_soft_deleted(plan: TablePlan, record: Mapping[str, Any]) -> bool:
 def row_change(plan: TablePlan, values: Sequence[Any], *, stream: str, window_id: str,
                read_at: datetime) -> ChangeRow:
     """One result row (in ``plan.columns`` order) -> its change row."""
-    names = [name for name, _ in plan.columns]
-    record = {name: normalize(value) for name, value in zip(names, values)}
+    record = {name: normalize(value, type_name)
+              for (name, type_name), value in zip(plan.columns, values)}
     committed = record.get(plan.column)
     if not isinstance(committed, datetime):
         raise UnreadableRowError(
