@@ -37,7 +37,7 @@ class UnreadableRowError(ValueError):
 
 def normalize(value: Any, type_name: str = "") -> Any:
     """A value as google-cloud-spanner returns it -> the value change rows carry: JSON columns
-    as their JSON text (as Spanner's change streams give them), BYTES decoded (the client
+    as their JSON text and DATE as ISO text (as Spanner's change streams give them), BYTES decoded (the client
     hands them over still base64-encoded), lists element by element."""
     if value is None:
         return None
@@ -46,8 +46,10 @@ def normalize(value: Any, type_name: str = "") -> Any:
         return [normalize(v, inner) for v in value]
     if type_name == "BYTES" and isinstance(value, (bytes, str)):
         return base64.b64decode(value)
-    if isinstance(value, (str, bool, int, float, bytes, date, datetime)):
+    if isinstance(value, (str, bool, int, float, bytes, datetime)):
         return value
+    if isinstance(value, date):
+        return value.isoformat()  # DATE as change streams carry it
     serialize = getattr(value, "serialize", None)  # JsonObject (a dict or list subclass)
     if callable(serialize):
         return serialize()
