@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         })
         windows, last_end = run_windows(emulator, database.created_at, database.now)
     counts = window_counts(STREAM_ID)
-    result = compare(base, database, last_end)
+    result = compare(base, database, window_ends(database.created_at, last_end))
     plain_hard_deletes = sum(
         1 for c in database.hard_deletes_between(database.created_at, last_end)
         if c.table not in CHANGELOG_TABLES)
@@ -126,33 +126,48 @@ def window_counts(stream_id: str) -> dict:
     return totals
 
 
-def expected_rows(database, table, last_end) -> dict:
-    """What a target holds after the window ending ``last_end``: a change-log table every row
-    ever committed before it; a plain table its rows alive then, without soft-deleted ones."""
+def window_ends(start, last_end) -> list:
+    """The ends of the demo's windows from ``start`` to ``last_end``."""
+    ends, end = [], start + WINDOW
+    while end <= last_end:
+        ends.append(end)
+        end += WINDOW
+    return ends
+
+
+def expected_rows(database, table, ends) -> dict:
+    """What a target holds after the windows ending at ``ends``: a change-log table every row
+    some window's read saw (its commit timestamp in that window, the row still there at the
+    window's end: a history row written and purged between two reads is seen by none); a
+    plain table its rows alive at the last end, without soft-deleted ones."""
     if table.name in CHANGELOG_TABLES:
-        rows = {}
-        for change in database.changes_between(table.name, database.created_at, last_end):
-            if change.new_row is not None:
-                rows[change.key] = change.new_row
+        column = next(c.name for c in table.columns if c.allow_commit_timestamp)
+        rows, start = {}, database.created_at
+        for end in ends:
+            for key, row in database.rows_at(table.name, end):
+                if start <= row[column] < end:
+                    rows[key] = row
+            start = end
         return rows
-    alive = database.state_at(last_end - timedelta(microseconds=1))[table.name]
+    alive = database.state_at(ends[-1] - timedelta(microseconds=1))[table.name]
     flag = SOFT_DELETE.get(table.name)
     return {key: row for key, row in alive.items() if not (flag and row.get(flag))}
 
 
-def compare(base: Path, database, last_end, log=print, prefix: str = "demo-commit-ts") -> dict:
-    """Every target against :func:`expected_rows`, value by value (read with pyiceberg)."""
+def compare(base: Path, database, ends, log=print, prefix: str = "demo-commit-ts") -> dict:
+    """Every target after the windows ending at ``ends`` against :func:`expected_rows`, value
+    by value (read with pyiceberg); the hard deletes of plain tables must all be gone."""
     from airflow_cdc.demo.compare import compare_table, read_iceberg_rows
 
     total = mismatches = missed = 0
-    gone = {(c.table, c.key) for c in database.hard_deletes_between(database.created_at, last_end)}
+    gone = {(c.table, c.key) for c in database.hard_deletes_between(database.created_at, ends[-1])}
     for table in database.schema.tables:
         described = SimpleNamespace(name=table.name, columns=[
             SimpleNamespace(name=c.name, type=c.type, primary_key=c.name in table.primary_key)
             for c in table.columns])
         target_dir = base / "warehouse" / NAMESPACE / table.name
         rows = read_iceberg_rows(target_dir) if target_dir.exists() else []
-        expected = expected_rows(database, table, last_end)
+        expected = expected_rows(database, table, ends)
         result = compare_table(described, expected, rows)
         keys = [c for c in described.columns if c.primary_key]
         deleted = {tuple(c.type.encode(v) for c, v in zip(keys, key))

@@ -37,8 +37,11 @@ class UnreadableRowError(ValueError):
 
 def normalize(value: Any, type_name: str = "") -> Any:
     """A value as google-cloud-spanner returns it -> the value change rows carry: JSON columns
-    as their JSON text and DATE as ISO text (as Spanner's change streams give them), BYTES decoded (the client
-    hands them over still base64-encoded), lists element by element."""
+    as their JSON text and DATE as ISO text (as Spanner's change streams give them), BYTES
+    decoded (the client hands them over still base64-encoded), TIMESTAMP as a plain datetime
+    (the client's ``DatetimeWithNanoseconds`` subclass is refused by Spark's TimestampType;
+    commit timestamps have microsecond precision, as does every timestamp of the changelog),
+    lists element by element."""
     if value is None:
         return None
     if isinstance(value, list):
@@ -46,7 +49,10 @@ def normalize(value: Any, type_name: str = "") -> Any:
         return [normalize(v, inner) for v in value]
     if type_name == "BYTES" and isinstance(value, (bytes, str)):
         return base64.b64decode(value)
-    if isinstance(value, (str, bool, int, float, bytes, datetime)):
+    if isinstance(value, datetime):
+        return datetime(value.year, value.month, value.day, value.hour, value.minute,
+                        value.second, value.microsecond, tzinfo=value.tzinfo)
+    if isinstance(value, (str, bool, int, float, bytes)):
         return value
     if isinstance(value, date):
         return value.isoformat()  # DATE as change streams carry it

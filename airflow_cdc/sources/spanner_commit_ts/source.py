@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from airflow_cdc.model import PartitionPosition, Window, format_ts, validate_identifier
+from airflow_cdc.model import PartitionPosition, Readiness, Window, format_ts, validate_identifier
 from airflow_cdc.sources.base import ChangeSource, Discovery, WindowRead
 from airflow_cdc.sources.spanner.query import DIALECTS, GOOGLE_SQL
 from airflow_cdc.sources.spanner.reader import SpannerConnection
@@ -126,16 +126,34 @@ class SpannerCommitTimestampSource(ChangeSource):
         between the Airflow workers and Spanner's TrueTime."""
         return self.safety_margin
 
+    def readiness(self, window: Window, now: datetime, known: Sequence, hook: Any) -> Readiness:
+        """Ready once ``e`` is past by the safety margin; then, before the window opens in the
+        state store (a refused window leaves no state behind, and fixing the configuration
+        needs no reset of the stream): the schema check and the retention check of ``e``."""
+        due = window.end + self.safety_margin
+        if now < due:
+            return Readiness(
+                False, f"a read at the window's end sees every commit before it once the end "
+                f"is past by the safety margin ({self.safety_margin.total_seconds():g} s), at "
+                f"{format_ts(due)}", retry_at=due)
+        database = self._database(hook)
+        self._table_plans(database)
+        if not self._pending_reseeds(hook, now):
+            from airflow_cdc.sources.spanner_commit_ts.extract import check_retention
+
+            check_retention(database, window, [window.end])
+        return Readiness(True, f"the window's end {format_ts(window.end)} is past by the safety "
+                               f"margin and its tables can be read by commit timestamp")
+
     # --- step 1 -------------------------------------------------------------------------------
     def initial_positions(self, window: Window) -> list[PartitionPosition]:
         return [PartitionPosition(table, window.start) for table in self.tables]
 
     def discover(self, window: Window, now: datetime, hook: Any) -> Discovery:
         """Re-seed requests (the re-seed operator's) become ``reseed:<instant>`` partitions."""
-        requests = hook.reseed_requests(self.stream_id) if hook is not None else []
         found = tuple(
             PartitionPosition(f"{RESEED_PREFIX}{format_ts(at)}", window.start, format_ts(at))
-            for at in requests if at <= now
+            for at in self._pending_reseeds(hook, now)
         )
         return Discovery(found, {"reseed_requests": len(found)} if found else {})
 
@@ -143,11 +161,12 @@ class SpannerCommitTimestampSource(ChangeSource):
                      positions: Sequence[PartitionPosition] = (), window: Window | None = None
                      ) -> dict:
         """The tables' read plans, after the checks: the window's end is past, the schema
-        allows reading by commit timestamp, the read instants are within retention."""
+        allows reading by commit timestamp, the read instants (the re-seed's too) are within
+        retention. :meth:`readiness` made the same checks before the window opened; they are
+        made again here, where the partitions are known (one INFORMATION_SCHEMA read)."""
         if kept is not None and TABLES_OPTION in kept:
             return {k: kept[k] for k in (TABLES_OPTION, WARNINGS_OPTION) if k in kept}
         from airflow_cdc.sources.spanner_commit_ts.extract import check_retention, plan_steps
-        from airflow_cdc.sources.spanner_commit_ts.schema import plan_tables, read_schema
 
         if window is not None and window.end > planned_at:
             raise FutureWindowError(
@@ -157,13 +176,8 @@ class SpannerCommitTimestampSource(ChangeSource):
                 f"passed by the safety margin ({self.safety_margin.total_seconds():g} s); the "
                 f"pipeline's plan task waits for that by itself"
             )
-        database = hook.get_database(self.connection.instance, self.connection.database,
-                                     self.connection.project or None)
-        schema = read_schema(database, self.dialect)
-        plans, warnings = plan_tables(
-            schema, self.tables, database=self.connection.database, dialect=self.dialect,
-            trust_application_timestamps=self.trust_application_timestamps,
-        )
+        database = self._database(hook)
+        plans, warnings = self._table_plans(database)
         for warning in warnings:
             log.warning("%s", warning)
         if window is not None:
@@ -172,6 +186,23 @@ class SpannerCommitTimestampSource(ChangeSource):
             check_retention(database, window, [r.read_at for s in steps for r in s.reads])
         return {TABLES_OPTION: {name: plan.to_json() for name, plan in plans.items()},
                 WARNINGS_OPTION: warnings}
+
+    def _database(self, hook: Any):
+        return hook.get_database(self.connection.instance, self.connection.database,
+                                 self.connection.project or None)
+
+    def _table_plans(self, database):
+        """Every configured table's read plan and the schema's warnings (or the refusal)."""
+        from airflow_cdc.sources.spanner_commit_ts.schema import plan_tables, read_schema
+
+        return plan_tables(
+            read_schema(database, self.dialect), self.tables, database=self.connection.database,
+            dialect=self.dialect, trust_application_timestamps=self.trust_application_timestamps,
+        )
+
+    def _pending_reseeds(self, hook: Any, now: datetime) -> list[datetime]:
+        requests = hook.reseed_requests(self.stream_id) if hook is not None else []
+        return [at for at in requests if at <= now]
 
     def plan_summary(self, plan) -> dict:
         return {
