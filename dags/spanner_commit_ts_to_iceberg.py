@@ -10,7 +10,8 @@ whose source rows were deleted (deletes leave no commit timestamp). The plan wai
 ``e`` is past by the safety margin.
 
 The second DAG, ``spanner_commit_ts_reseed`` (no schedule), is the fix for a window older
-than the database's version retention: trigger it, then clear the failed window's plan task.
+than the database's version retention: trigger it (optionally with ``{"at": "<instant>"}``,
+default now minus the safety margin), then clear the failed window's plan task.
 
 Point it at your database with the CDC_SPANNER_* variables; with ``SPANNER_EMULATOR_HOST``
 set it reads the local emulator (``python -m airflow_cdc.emulators.spanner
@@ -22,7 +23,7 @@ from __future__ import annotations
 import os
 from datetime import datetime, timezone
 
-from airflow.sdk import DAG
+from airflow.sdk import DAG, Param
 from airflow.timetables.interval import CronDataIntervalTimetable
 
 from airflow_cdc.operators.spanner_commit_ts import (
@@ -41,6 +42,7 @@ RECONCILE_EVERY = int(os.environ.get("CDC_RECONCILE_EVERY", "3"))
 SAFETY_MARGIN_SECONDS = float(os.environ.get("CDC_SAFETY_MARGIN_SECONDS", "10"))
 DEFERRABLE = {"true": True, "false": False}.get(os.environ.get("CDC_DEFERRABLE", "").lower())
 CATCHUP = os.environ.get("CDC_CATCHUP", "").lower() == "true"
+MAX_ACTIVE_RUNS = int(os.environ.get("CDC_MAX_ACTIVE_RUNS", "1"))
 TABLES = {
     "Orders": "LastUpdateTime",
     "Documents": "LastUpdateTime",
@@ -54,7 +56,7 @@ with DAG(
     schedule=CronDataIntervalTimetable(f"*/{WINDOW_MINUTES} * * * *", timezone="UTC"),
     start_date=START.astimezone(timezone.utc),
     catchup=CATCHUP,
-    max_active_runs=1,
+    max_active_runs=MAX_ACTIVE_RUNS,
     tags=["cdc", "spanner", "commit-timestamp", "iceberg"],
     doc_md=__doc__,
 ):
@@ -83,6 +85,8 @@ with DAG(
     catchup=False,
     tags=["cdc", "spanner", "commit-timestamp"],
     doc_md="Request a re-seed of the commit-timestamp stream from a read at the current time.",
+    params={"at": Param("", type="string", description="the instant to re-seed at (ISO-8601); "
+                        "empty: now minus the safety margin")},
 ):
     SpannerCommitTimestampReseedOperator(
         task_id="reseed",
@@ -91,4 +95,5 @@ with DAG(
         instance_id=INSTANCE,
         database_id=DATABASE,
         safety_margin_seconds=SAFETY_MARGIN_SECONDS,
+        at="{{ params.at }}",
     )
