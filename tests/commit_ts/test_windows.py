@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
 
 import pytest
 
@@ -298,6 +299,14 @@ def test_a_postgresql_database_gives_the_same_targets_as_googlesql(
         spark, emulator, tables, tmp_path):
     (first, second) = windows(2)
     tables.now = second[1]
+    every_type = ("OrderId", "CustomerName", "Quantity", "Amount", "Paid", "Total", "Details",
+                  "DeliveryDate", "Receipt", "Tags", "ItemCounts", "PlacedAt", "LastUpdateTime")
+    tables.commit([mutations.insert("Orders", every_type, [(
+        42, "all types", 7, 12.5, True, Decimal("12345678901234567890.123456789"),
+        {"nested": {"list": [1, 2.5, "x"]}}, date(2025, 2, 28), b"\x00\xffbytes",
+        ["a", None, "c"], [1, None, 3], datetime(2024, 12, 31, 23, 59, 59, 123456,
+                                                 tzinfo=timezone.utc), COMMIT_TIMESTAMP)])],
+        at=T0 + timedelta(minutes=3))
     tables.commit([order(40, "x", 2)], at=T0 + timedelta(minutes=1))
     tables.commit([order(41, "y", 3)], at=T0 + timedelta(minutes=12))
     tables.commit([order(40, "x2", 4)], at=T0 + timedelta(minutes=15))
@@ -318,4 +327,9 @@ def test_a_postgresql_database_gives_the_same_targets_as_googlesql(
 
     assert business(pg) == business(gsql)
     assert {k: (r["CustomerName"], r["Quantity"]) for k, r in business(pg).items()} == {
-        40: ("x2", 4)}
+        40: ("x2", 4), 42: ("all types", 7)}
+    typed = business(pg)[42]
+    assert typed["Total"] == Decimal("12345678901234567890.123456789")
+    assert json.loads(typed["Details"]) == {"nested": {"list": [1, 2.5, "x"]}}
+    assert (typed["DeliveryDate"], bytes(typed["Receipt"])) == (date(2025, 2, 28), b"\x00\xffbytes")
+    assert (typed["Tags"], typed["ItemCounts"]) == (["a", None, "c"], [1, None, 3])
