@@ -43,7 +43,7 @@ def test_an_entry_point_named_unlike_its_sources_kind_is_refused(plugins, monkey
 
 
 def test_an_unknown_kind_names_the_known_ones_and_how_to_add_one():
-    with pytest.raises(UnknownSourceError, match=r"'kafka' is unknown .* \['bigtable_change_stream', 'datastream', 'debezium', 'spanner_change_stream'\].*import path"):
+    with pytest.raises(UnknownSourceError, match=r"'kafka' is unknown .* \['bigtable_change_stream', 'datastream', 'debezium', 'spanner_change_stream', 'spanner_commit_ts'\].*import path"):
         source_class("kafka")
 
 
