@@ -40,8 +40,7 @@ def main(argv: Sequence[str] | None = None, spark=None) -> int:
     from spark_jobs.apply.config import ApplyConfig, ApplyConfigError
 
     try:
-        with open(args.job_config) as handle:
-            data = json.load(handle)
+        data = json.loads(_read_text(args.job_config))
         config = ApplyConfig.from_dict(data)
     except (OSError, json.JSONDecodeError, ApplyConfigError) as error:
         print(f"apply_job: error: {error}", file=sys.stderr)
@@ -107,25 +106,23 @@ def _apply_by_source(spark, config, data: dict, own_apply):
     )
 
 
-def _write_text(spark, path: str, text: str) -> None:
-    """Write ``text`` to ``path``: local files atomically, URIs (gs://, hdfs://) through Hadoop."""
-    if "://" not in path or path.startswith("file:"):
-        from pathlib import Path
+def _read_text(path: str) -> str:
+    """The job file: local, or a URI of the work root (fsspec, else Hadoop's file systems)."""
+    from airflow_cdc.pipeline import work_root
 
-        target = Path(path[len("file://"):] if path.startswith("file://") else path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        staging.write_text(text)
-        os.replace(staging, target)
-        return
-    jvm = spark.sparkContext._jvm
-    hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
-    fs = hadoop_path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    stream = fs.create(hadoop_path, True)
-    try:
-        stream.write(bytearray(text.encode("utf-8")))
-    finally:
-        stream.close()
+    if work_root.fsspec_can_open(path):
+        return work_root.read_text(path)
+    from pyspark.sql import SparkSession
+
+    from spark_jobs.changelog import read_text
+
+    return read_text(SparkSession.builder.getOrCreate(), path)
+
+
+def _write_text(spark, path: str, text: str) -> None:
+    from spark_jobs.changelog import write_text
+
+    write_text(spark, path, text)
 
 
 if __name__ == "__main__":

@@ -25,12 +25,10 @@ Never imports Airflow (this runs on executors without it).
 from __future__ import annotations
 
 import json
-import os
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
@@ -391,15 +389,6 @@ def write_window(
     return ChangelogWriteResult(table, window_id, snapshot_id, counts.get(window_id, 0), skipped=False)
 
 
-def _local_path(path: str) -> Path | None:
-    """``path`` as a local file, or None when it is a URI of another file system (gs://, hdfs://)."""
-    if path.startswith("file://"):
-        return Path(path[len("file://"):])
-    if path.startswith("file:"):
-        return Path(path[len("file:"):])
-    return None if "://" in path else Path(path)
-
-
 def _hadoop_file(spark: SparkSession, path: str):
     jvm = spark.sparkContext._jvm
     hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
@@ -407,13 +396,13 @@ def _hadoop_file(spark: SparkSession, path: str):
 
 
 def write_text(spark: SparkSession, path: str, text: str) -> None:
-    """Write ``text`` to ``path``: local files atomically, URIs (gs://, hdfs://) through Hadoop."""
-    local = _local_path(str(path))
-    if local is not None:
-        local.parent.mkdir(parents=True, exist_ok=True)
-        staging = local.with_name(f".{local.name}.{os.getpid()}.tmp")
-        staging.write_text(text)
-        os.replace(staging, local)
+    """Write ``text`` to ``path`` whole: a local file atomically, a URI through fsspec where
+    its protocol's implementation is installed (gcsfs for gs://), else through Hadoop's file
+    systems (the GCS connector on Dataproc, hdfs://)."""
+    from airflow_cdc.pipeline import work_root
+
+    if work_root.fsspec_can_open(str(path)):
+        work_root.write_text(str(path), text)
         return
     hadoop_path, fs = _hadoop_file(spark, str(path))
     stream = fs.create(hadoop_path, True)
@@ -424,10 +413,11 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
 
 
 def read_text(spark: SparkSession, path: str) -> str:
-    """The text of ``path``: a local file, or a URI (gs://, hdfs://) read through Hadoop."""
-    local = _local_path(str(path))
-    if local is not None:
-        return local.read_text()
+    """The text of ``path``: a local file, or a URI read as :func:`write_text` writes it."""
+    from airflow_cdc.pipeline import work_root
+
+    if work_root.fsspec_can_open(str(path)):
+        return work_root.read_text(str(path))
     hadoop_path, fs = _hadoop_file(spark, str(path))
     stream = fs.open(hadoop_path)
     try:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from airflow.providers.common.compat.sdk import AirflowFailException
@@ -128,6 +127,7 @@ class CdcSnapshotOperator(CdcSparkOperator):
         """(the job's spec, its result file, its secrets file) for ``snapshot_id``: the spec
         file is written, the secrets file too when the connection has a password."""
         from airflow_cdc.pipeline.files import write_private
+        from airflow_cdc.pipeline.work_root import work_path
         from airflow_cdc.sources.snapshot.dialects import SnapshotChunkError
         from airflow_cdc.spark.iceberg import JDBC_DRIVER_JARS
         from airflow_cdc.spark.job import iceberg_job_spec
@@ -138,7 +138,7 @@ class CdcSnapshotOperator(CdcSparkOperator):
         except SnapshotChunkError as error:
             raise AirflowFailException(str(error)) from error
         config = self.stream_config
-        folder = Path(config.work_root) / config.stream_id / "snapshots" / snapshot_id
+        folder = work_path(config.work_root, config.stream_id, "snapshots", snapshot_id)
         spec = {
             "snapshot_id": snapshot_id, "stream_id": config.stream_id,
             "source_table": self.table, **fields,

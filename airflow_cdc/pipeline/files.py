@@ -8,7 +8,6 @@ their partition outcomes to a file referenced by the window's changelog commit
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from airflow_cdc.model import (
     parse_ts,
 )
 from airflow_cdc.pipeline.partition_lineage import PendingChild
+from airflow_cdc.pipeline.work_root import work_path, write_text
 
 PLAN_VERSION = 1
 
@@ -184,19 +184,15 @@ class WindowOutcomeFile:
         )
 
 
-def write_private(path: str | Path, text: str) -> None:
-    """Write ``text`` atomically, readable by the owner only (plan files may carry a token)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(staging, target)
+def write_private(path, text: str) -> None:
+    """Write ``text`` whole, readable by the owner only (plan files may carry a token): a
+    local file atomically with mode 0600; under a URI work root, one object upload."""
+    write_text(path, text, private=True)
 
 
-def window_dir(work_root: str | Path, window: Window) -> Path:
-    """Deterministic per-window folder: a re-run of the window finds the same files."""
+def window_dir(work_root: str | Path, window: Window):
+    """Deterministic per-window folder: a re-run of the window finds the same files (a Path,
+    or a UPath under a URI work root: :mod:`airflow_cdc.pipeline.work_root`)."""
     start = format_ts(window.start).replace(":", "").replace("-", "")
     end = format_ts(window.end).replace(":", "").replace("-", "")
-    return Path(work_root) / window.stream_id / f"{start}_{end}"
+    return work_path(work_root, window.stream_id, f"{start}_{end}")

@@ -106,13 +106,14 @@ class StreamConfig:
         text = json.dumps({"kind": self.source_kind, "spec": spec}, sort_keys=True, default=str)
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
-    def window_dir(self, window: Window) -> Path:
+    def window_dir(self, window: Window):
+        """The window's folder (a Path, or a UPath under a URI work root)."""
         return window_dir(self.work_root, window)
 
-    def plan_path(self, window: Window) -> Path:
+    def plan_path(self, window: Window):
         return self.window_dir(window) / "plan.json"
 
-    def outcome_path(self, window: Window) -> Path:
+    def outcome_path(self, window: Window):
         return self.window_dir(window) / "outcome.json"
 
 

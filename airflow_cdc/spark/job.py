@@ -167,7 +167,9 @@ class ChangelogWriteResult:
 
     @classmethod
     def read(cls, path: str | Path) -> ChangelogWriteResult:
-        return cls.from_json(Path(path).read_text())
+        from airflow_cdc.pipeline.work_root import read_text
+
+        return cls.from_json(read_text(path))
 
 
 def split_table_name(table: str) -> tuple[str, str]:
