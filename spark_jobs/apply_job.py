@@ -108,7 +108,7 @@ def _apply_by_source(spark, config, data: dict, own_apply):
 
 def _read_text(path: str) -> str:
     """The job file: local, or a URI of the work root (fsspec, else Hadoop's file systems)."""
-    from airflow_cdc.pipeline import work_root
+    from airflow_cdc import work_root
 
     if work_root.fsspec_can_open(path):
         return work_root.read_text(path)

@@ -399,7 +399,7 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
     """Write ``text`` to ``path`` whole: a local file atomically, a URI through fsspec where
     its protocol's implementation is installed (gcsfs for gs://), else through Hadoop's file
     systems (the GCS connector on Dataproc, hdfs://)."""
-    from airflow_cdc.pipeline import work_root
+    from airflow_cdc import work_root
 
     if work_root.fsspec_can_open(str(path)):
         work_root.write_text(str(path), text)
@@ -414,7 +414,7 @@ def write_text(spark: SparkSession, path: str, text: str) -> None:
 
 def read_text(spark: SparkSession, path: str) -> str:
     """The text of ``path``: a local file, or a URI read as :func:`write_text` writes it."""
-    from airflow_cdc.pipeline import work_root
+    from airflow_cdc import work_root
 
     if work_root.fsspec_can_open(str(path)):
         return work_root.read_text(str(path))

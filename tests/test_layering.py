@@ -23,10 +23,11 @@ the rest follows). Layer by layer, with the layers directly below it::
     model                    nothing: the shared values
     sources                  model: adapters and the canonical column types
     state                    model: the metadata tables
-    spark                    model: job specs, runners, Iceberg configuration
+    work_root                model: where the hand-over files live (a folder or a URI)
+    spark                    work_root: job specs, runners, Iceberg configuration
     emulators                model: local gRPC servers
     capture                  model: Debezium's embedded engine into the sink file layout
-    pipeline                 sources, state: the window protocol
+    pipeline                 sources, state, work_root: the window protocol
     hooks                    pipeline: connections (state store, source clients)
     triggers                 hooks: waiting in the triggerer
     assets                   spark: Airflow Assets and OpenLineage datasets
@@ -154,10 +155,11 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "package": ((), ("model",)),  # airflow_cdc/__init__.py itself (see layer_of)
     "sources": (("airflow_cdc.sources",), ("model",)),
     "state": (("airflow_cdc.state",), ("model",)),
-    "spark": (("airflow_cdc.spark",), ("model",)),
+    "work_root": (("airflow_cdc.work_root",), ("model",)),
+    "spark": (("airflow_cdc.spark",), ("work_root",)),
     "emulators": (("airflow_cdc.emulators",), ("model",)),
     "capture": (("airflow_cdc.capture",), ("model",)),
-    "pipeline": (("airflow_cdc.pipeline",), ("sources", "state")),
+    "pipeline": (("airflow_cdc.pipeline",), ("sources", "state", "work_root")),
     "hooks": (("airflow_cdc.hooks",), ("pipeline",)),
     "triggers": (("airflow_cdc.triggers",), ("hooks",)),
     "assets": (("airflow_cdc.assets",), ("spark",)),

@@ -127,7 +127,7 @@ class CdcSnapshotOperator(CdcSparkOperator):
         """(the job's spec, its result file, its secrets file) for ``snapshot_id``: the spec
         file is written, the secrets file too when the connection has a password."""
         from airflow_cdc.pipeline.files import write_private
-        from airflow_cdc.pipeline.work_root import work_path
+        from airflow_cdc.work_root import work_path
         from airflow_cdc.sources.snapshot.dialects import SnapshotChunkError
         from airflow_cdc.spark.iceberg import JDBC_DRIVER_JARS
         from airflow_cdc.spark.job import iceberg_job_spec

@@ -20,7 +20,7 @@ from airflow_cdc.model import (
     parse_ts,
 )
 from airflow_cdc.pipeline.partition_lineage import PendingChild
-from airflow_cdc.pipeline.work_root import work_path, write_text
+from airflow_cdc.work_root import work_path, write_text
 
 PLAN_VERSION = 1
 
@@ -192,7 +192,7 @@ def write_private(path, text: str) -> None:
 
 def window_dir(work_root: str | Path, window: Window):
     """Deterministic per-window folder: a re-run of the window finds the same files (a Path,
-    or a UPath under a URI work root: :mod:`airflow_cdc.pipeline.work_root`)."""
+    or a UPath under a URI work root: :mod:`airflow_cdc.work_root`)."""
     start = format_ts(window.start).replace(":", "").replace("-", "")
     end = format_ts(window.end).replace(":", "").replace("-", "")
     return work_path(work_root, window.stream_id, f"{start}_{end}")

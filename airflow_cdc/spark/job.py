@@ -167,7 +167,7 @@ class ChangelogWriteResult:
 
     @classmethod
     def read(cls, path: str | Path) -> ChangelogWriteResult:
-        from airflow_cdc.pipeline.work_root import read_text
+        from airflow_cdc.work_root import read_text
 
         return cls.from_json(read_text(path))
 

@@ -16,8 +16,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_cdc.pipeline import work_root
-from airflow_cdc.pipeline.work_root import work_path
+from airflow_cdc import work_root
+from airflow_cdc.work_root import work_path
 
 BUCKET = "cdc-work"
 
