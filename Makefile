@@ -8,7 +8,7 @@ SYSTEM_JARS := /usr/share/java/jarjar.jar /usr/share/java/postgresql.jar /usr/sh
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
-.PHONY: setup test test-live check-install demo demo-datastream demo-bigtable demo-debezium demo-snapshot demo-commit-ts live-datastream live-bigtable live-debezium live-commit-ts bench services system-packages constraints clean
+.PHONY: setup test test-live check-install demo demo-datastream demo-bigtable demo-debezium demo-snapshot demo-commit-ts demo-cluster live-datastream live-bigtable live-debezium live-commit-ts bench services system-packages constraints clean
 
 ## setup: venv with the pinned constraints, the package (editable), Debian jars, Iceberg jars.
 setup: $(STAMP)
@@ -84,6 +84,12 @@ demo-snapshot: setup services
 ## deletes and a key reconciliation every 3 windows; targets compared with the true state.
 demo-commit-ts: setup
 	$(PY) -m airflow_cdc.demo.commit_ts
+
+## demo-cluster: the Spanner demo with extract and apply as Dataproc jobs (the Dataproc
+## stand-in's cluster submits them to a Spark standalone master on 127.0.0.1) and the work
+## root on a GCS emulator (gs://cdc-work/demo); the master's applications are listed.
+demo-cluster: setup
+	$(PY) -m airflow_cdc.demo.cluster
 
 ## live-datastream: the Datastream DAG under Airflow's scheduler and triggerer on a 1-minute
 ## schedule while a writer lands files in wall-clock time (about 6 minutes).

@@ -45,9 +45,15 @@ def is_local(location: str | os.PathLike) -> bool:
 def storage_options(protocol: str) -> dict[str, Any]:
     """What fsspec needs beyond the URI: anonymous access to a local GCS emulator."""
     if protocol in ("gs", "gcs") and os.environ.get(STORAGE_EMULATOR_ENV):
-        # Read at gcsfs's import: its extended filesystem probes the bucket's layout over
-        # gRPC (Storage Control), which an emulator never answers.
+        # gcsfs's default (extended) filesystem first probes a bucket's layout over gRPC
+        # (Storage Control), which an emulator never answers: 60 s of retries per bucket.
+        # Its plain JSON-API filesystem is what an emulator speaks, whatever imported gcsfs
+        # first (the environment switch is read only at gcsfs's import).
         os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+        import fsspec
+
+        for name in ("gs", "gcs"):
+            fsspec.register_implementation(name, "gcsfs.core.GCSFileSystem", clobber=True)
         return {"token": "anon"}
     return {}
 
@@ -94,6 +100,7 @@ def fsspec_can_open(location: str | os.PathLike) -> bool:
     protocol = protocol_of(location)
     if protocol in LOCAL_PROTOCOLS:
         return True
+    storage_options(protocol)
     try:
         import fsspec
 

@@ -24,6 +24,7 @@ from airflow.sdk import DAG, task
 from airflow.timetables.interval import CronDataIntervalTimetable
 
 from airflow_cdc.operators.pipeline import SpannerChangeStreamPipeline
+from airflow_cdc.spark.dataproc import DataprocCluster
 
 PROJECT = os.environ.get("CDC_SPANNER_PROJECT", "demo-project")
 INSTANCE = os.environ.get("CDC_SPANNER_INSTANCE", "demo-instance")
@@ -33,6 +34,13 @@ START = datetime.fromisoformat(os.environ.get("CDC_START", "2025-01-06T08:00:00+
 WINDOW_MINUTES = int(os.environ.get("CDC_WINDOW_MINUTES", "30"))
 TABLES = [t for t in os.environ.get("CDC_SPANNER_TABLES", "Accounts,Orders,Documents").split(",") if t]
 DEFERRABLE = {"true": True, "false": False}.get(os.environ.get("CDC_DEFERRABLE", "").lower())
+# With CDC_DATAPROC_CLUSTER the Spark jobs run on that Dataproc cluster (AIRFLOW_CDC_WORK_ROOT
+# must then be a gs:// URI the cluster reads); make demo-cluster sets both.
+DATAPROC = DataprocCluster(
+    cluster_name=os.environ["CDC_DATAPROC_CLUSTER"],
+    region=os.environ.get("CDC_DATAPROC_REGION", "europe-west1"),
+    project_id=os.environ.get("CDC_DATAPROC_PROJECT") or None,
+) if os.environ.get("CDC_DATAPROC_CLUSTER") else None
 
 with DAG(
     dag_id="spanner_change_stream_to_iceberg",
@@ -56,6 +64,7 @@ with DAG(
         source_tables=TABLES,
         gate_poke_interval=5,
         deferrable=DEFERRABLE,
+        dataproc=DATAPROC,
     )
 
     @task

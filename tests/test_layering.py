@@ -25,11 +25,12 @@ the rest follows). Layer by layer, with the layers directly below it::
     state                    model: the metadata tables
     work_root                model: where the hand-over files live (a folder or a URI)
     spark                    work_root: job specs, runners, Iceberg configuration
-    emulators                model: local gRPC servers
+    emulators                model, work_root: local gRPC servers
     capture                  model: Debezium's embedded engine into the sink file layout
     pipeline                 sources, state, work_root: the window protocol
     hooks                    pipeline: connections (state store, source clients)
-    triggers                 hooks: waiting in the triggerer
+    triggers                 hooks, spark: waiting in the triggerer (for a window's evidence,
+                             for a Dataproc job)
     assets                   spark: Airflow Assets and OpenLineage datasets
     operators.task_context   model: the run's window, summary and deferral default
     sensors                  triggers, operators.task_context: the gate
@@ -157,11 +158,11 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "state": (("airflow_cdc.state",), ("model",)),
     "work_root": (("airflow_cdc.work_root",), ("model",)),
     "spark": (("airflow_cdc.spark",), ("work_root",)),
-    "emulators": (("airflow_cdc.emulators",), ("model",)),
+    "emulators": (("airflow_cdc.emulators",), ("model", "work_root")),
     "capture": (("airflow_cdc.capture",), ("model",)),
     "pipeline": (("airflow_cdc.pipeline",), ("sources", "state", "work_root")),
     "hooks": (("airflow_cdc.hooks",), ("pipeline",)),
-    "triggers": (("airflow_cdc.triggers",), ("hooks",)),
+    "triggers": (("airflow_cdc.triggers",), ("hooks", "spark")),
     "assets": (("airflow_cdc.assets",), ("spark",)),
     "task_context": (("airflow_cdc.operators.task_context",), ("model",)),
     "sensors": (("airflow_cdc.sensors",), ("triggers", "task_context")),

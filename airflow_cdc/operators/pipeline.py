@@ -63,6 +63,7 @@ class PipelineOptions:
     """
 
     catalog: IcebergCatalog | None = None
+    iceberg_conn_id: str | None = None  # an iceberg_catalog connection instead of catalog
     namespace: str = "cdc"  # the changelog's and dead letters' Iceberg namespace
     targets: Mapping[str, Any] | None = None
     on_dead_letter: str = "fail"
@@ -70,6 +71,7 @@ class PipelineOptions:
     cdc_state_conn_id: str = DEFAULT_CONN_ID
     spark_conn_id: str | None = None
     spark_conf: Mapping[str, str] | None = None
+    dataproc: Any = None  # airflow_cdc.spark.dataproc.DataprocCluster / DataprocServerless
     work_root: str = ""
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     gate_poke_interval: float = 30
@@ -110,10 +112,12 @@ def protocol_group(
     common = dict(
         stream=stream,
         catalog=options.catalog,
+        iceberg_conn_id=options.iceberg_conn_id,
         cdc_state_conn_id=options.cdc_state_conn_id,
         lease_seconds=options.lease_seconds,
     )
-    spark = dict(spark_conn_id=options.spark_conn_id, spark_conf=options.spark_conf)
+    spark = dict(spark_conn_id=options.spark_conn_id, spark_conf=options.spark_conf,
+                 dataproc=options.dataproc, deferrable=options.deferrable)
     group_args = {"dag": options.dag} if options.dag is not None else {}
     with TaskGroup(group_id=group_id, **group_args) as group:
         plan = CdcPlanOperator(

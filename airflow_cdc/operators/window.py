@@ -25,6 +25,7 @@ from airflow.providers.common.compat.sdk import (
     AirflowException,
     AirflowFailException,
     BaseOperator,
+    TaskDeferred,
 )
 
 from airflow_cdc.hooks.state import DEFAULT_CONN_ID, CdcStateHook
@@ -87,7 +88,9 @@ class CdcWindowOperator(BaseOperator):
     """Base of the protocol's operators: stream, source, state store, catalog, work folder.
 
     ``source_conn`` are the arguments of the source's Airflow hook (e.g. ``gcp_conn_id``);
-    they are templated.
+    they are templated. The Iceberg catalog is ``catalog``, or the ``iceberg_catalog``
+    connection ``iceberg_conn_id`` (:mod:`airflow_cdc.hooks.iceberg_catalog`, read when the
+    task runs), or else the default local Hadoop catalog.
     """
 
     ui_color = "#e8f4fd"
@@ -99,14 +102,21 @@ class CdcWindowOperator(BaseOperator):
         stream: StreamConfig,
         source_conn: Mapping[str, Any] | None = None,
         catalog: IcebergCatalog | None = None,
+        iceberg_conn_id: str | None = None,
         cdc_state_conn_id: str = DEFAULT_CONN_ID,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if catalog is not None and iceberg_conn_id:
+            raise ValueError(
+                f"task {kwargs.get('task_id')!r}: give catalog= or iceberg_conn_id=, not both"
+            )
         self.stream = stream
         self.source_conn = dict(source_conn or {})
         self.catalog = catalog
+        self.iceberg_conn_id = iceberg_conn_id
+        self._connection_catalog: IcebergCatalog | None = None
         self.cdc_state_conn_id = cdc_state_conn_id
         self.lease_seconds = lease_seconds
 
@@ -132,7 +142,16 @@ class CdcWindowOperator(BaseOperator):
 
     @property
     def iceberg_catalog(self) -> IcebergCatalog:
-        return self.catalog or IcebergCatalog()
+        if self.catalog is not None:
+            return self.catalog
+        if self.iceberg_conn_id:
+            if self._connection_catalog is None:
+                from airflow_cdc.hooks.iceberg_catalog import IcebergCatalogHook
+
+                hook = IcebergCatalogHook(iceberg_conn_id=self.iceberg_conn_id)
+                self._connection_catalog = hook.get_catalog()
+            return self._connection_catalog
+        return IcebergCatalog()
 
     def state_store(self):
         return CdcStateHook(cdc_state_conn_id=self.cdc_state_conn_id).get_store()
@@ -311,7 +330,14 @@ class CdcSparkOperator(CdcWindowOperator):
     """A protocol step that runs a Spark job through a runner.
 
     ``spark_conn_id`` None runs ``spark-submit --master local[*]`` on the worker; a Spark
-    connection id runs through the Spark provider's SparkSubmitHook (standalone, YARN, k8s).
+    connection id runs through the Spark provider's SparkSubmitHook (standalone, YARN, k8s);
+    ``dataproc`` (:class:`~airflow_cdc.spark.dataproc.DataprocCluster` or
+    :class:`~airflow_cdc.spark.dataproc.DataprocServerless`) submits to Dataproc, the files
+    the job needs staged under the work root (a ``gs://`` URI). With ``deferrable`` a Dataproc
+    job is waited for in the triggerer (:class:`~airflow_cdc.triggers.dataproc.
+    CdcDataprocRunTrigger`, which keeps the window's lease); the task then resumes into
+    ``execute``, whose steps before the job are idempotent, and takes the job's final state
+    instead of submitting it again.
     """
 
     def __init__(
@@ -319,24 +345,49 @@ class CdcSparkOperator(CdcWindowOperator):
         *,
         spark_conn_id: str | None = None,
         spark_conf: Mapping[str, str] | None = None,
+        dataproc: Any = None,
+        deferrable: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if spark_conn_id and dataproc is not None:
+            raise ValueError(f"task {kwargs.get('task_id')!r}: give spark_conn_id or dataproc, "
+                             f"not both")
         self.spark_conn_id = spark_conn_id
         self.spark_conf = dict(spark_conf or {})
+        self.dataproc = dataproc
+        self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
         self._runner = None
+        self._resumed: dict | None = None
 
     def runner(self):
         from airflow_cdc.spark.runners import LocalSparkRunner, SparkSubmitHookRunner
 
+        if self.dataproc is not None:
+            from airflow_cdc.hooks.dataproc import CdcDataprocHook
+
+            hook = CdcDataprocHook(gcp_conn_id=self.dataproc.gcp_conn_id,
+                                   impersonation_chain=self.dataproc.impersonation_chain)
+            project = self.dataproc.project_id or hook.project_id
+            if not project:
+                raise AirflowFailException(
+                    f"Dataproc runner of {self.task_id!r} has no project: give "
+                    f"project_id=... or a project in the connection {self.dataproc.gcp_conn_id!r}")
+            return self.dataproc.runner(hook, project, self.stream_config.work_root,
+                                        logger=self.log)
         if self.spark_conn_id:
             return SparkSubmitHookRunner(conn_id=self.spark_conn_id)
         return LocalSparkRunner(master="local[*]")
 
     def run_job(self, spec, store=None, window: Window | None = None, owner: str | None = None) -> None:
-        """Run the job; with ``store``, ``window`` and ``owner`` the window's lease is kept meanwhile."""
+        """Run the job; with ``store``, ``window`` and ``owner`` the window's lease is kept
+        meanwhile. A deferrable Dataproc job defers here (TaskDeferred) after its submission."""
+        if self._resumed is not None:
+            return self._finish_resumed(spec)
         self._runner = self.runner()
         try:
+            if self.deferrable and hasattr(self._runner, "submit"):
+                self._defer_job(self._runner.submit(spec), window, owner)
             if store is None:
                 self._runner.run(spec)
             else:
@@ -344,6 +395,42 @@ class CdcSparkOperator(CdcWindowOperator):
                     self._runner.run(spec)
         finally:
             self._runner = None
+
+    def _defer_job(self, run, window: Window | None, owner: str | None) -> None:
+        from airflow_cdc.triggers.dataproc import CdcDataprocRunTrigger
+
+        lease = None if window is None else {
+            "cdc_state_conn_id": self.cdc_state_conn_id, "stream_id": window.stream_id,
+            "window_start": format_ts(window.start), "window_end": format_ts(window.end),
+            "owner": owner, "lease_seconds": self.lease_seconds,
+        }
+        self.defer(
+            trigger=CdcDataprocRunTrigger(
+                run=run.to_dict(), gcp_conn_id=self.dataproc.gcp_conn_id,
+                impersonation_chain=self.dataproc.impersonation_chain,
+                poll_interval=self.dataproc.poll_seconds, lease=lease),
+            method_name="execute_after_job",
+        )
+
+    def execute_after_job(self, context, event: dict | None = None):
+        """Resume after a deferred Dataproc job: ``execute`` again, taking its final state."""
+        self._resumed = dict(event or {"status": "error", "message": "no event"})
+        return self.execute(context)
+
+    def _finish_resumed(self, spec) -> None:
+        from airflow_cdc.spark.dataproc import DataprocRun, RunState
+
+        event, self._resumed = self._resumed, None
+        run = DataprocRun.from_dict(event.get("run") or {})
+        if run.name != spec.name:
+            raise AirflowFailException(
+                f"resumed after Dataproc {run.kind} {run.resource_id} of {run.name!r}, but this "
+                f"task's job is {spec.name!r}: clear the task to run it again")
+        if event.get("status") != "done":
+            raise AirflowException(event.get("message") or f"Dataproc wait failed: {event!r}")
+        self.runner().finish(run, RunState(event["state"], True, bool(event["succeeded"]),
+                                           event.get("details") or "",
+                                           event.get("driver_output_uri")))
 
     def on_kill(self) -> None:
         if self._runner is not None:
@@ -448,10 +535,15 @@ class CdcExtractOperator(CdcSparkOperator):
             conf=self.job_conf(context),
             py_files=self.source_py_files(),
         )
+        deferred = False
         try:
             self.run_job(spec, store, window, owner)
+        except TaskDeferred:
+            deferred = True  # the job reads the file while the task waits in the triggerer
+            raise
         finally:
-            overrides_path.unlink(missing_ok=True)
+            if not deferred:
+                overrides_path.unlink(missing_ok=True)
         result = json.loads(result_path.read_text())
         if result.get("snapshot_id") is None:
             raise AirflowFailException(

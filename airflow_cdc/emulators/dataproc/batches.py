@@ -35,7 +35,7 @@ from .workload import PySparkWorkload
 State = dataproc_v1.Batch.State
 FINAL_STATES = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
 CREATOR = "dataproc-emulator@localhost"
-_PARENT = re.compile(r"^projects/([^/]+)/locations/([^/]+)$")
+_PARENT = re.compile(r"^projects/([^/]+)/(?:locations|regions)/([^/]+)$")  # the google provider sends regions
 _NAME = re.compile(r"^projects/([^/]+)/locations/([^/]+)/batches/([^/]+)$")
 _BATCH_ID = re.compile(r"^[a-z0-9][a-z0-9-]{2,61}[a-z0-9]$")
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9_-]{1,40}$")

@@ -10,7 +10,9 @@ error: the real service accepts the request and the job fails, so does the emula
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib.util import find_spec
@@ -137,15 +139,36 @@ def local_path(uri: str, field_name: str, gcs_dir: Path | None) -> Path:
             )
         return Path(unquote(parsed.path))
     if parsed.scheme == "gs":
+        if gcs_dir is None and os.environ.get("STORAGE_EMULATOR_HOST"):
+            return fetched_from_gcs(uri)
         if gcs_dir is None:
             raise invalid_argument(
                 field_name,
                 uri,
-                "the emulator reads gs:// URIs only from a local folder: start it with "
-                "gcs_dir=... (--gcs-dir DIR, gs://bucket/path is then DIR/bucket/path) or use "
-                "file:// URIs",
+                "the emulator reads gs:// URIs from a GCS emulator (set STORAGE_EMULATOR_HOST) "
+                "or from a local folder: start it with gcs_dir=... (--gcs-dir DIR, "
+                "gs://bucket/path is then DIR/bucket/path), or use file:// URIs",
             )
         return gcs_dir / parsed.netloc / unquote(parsed.path).lstrip("/")
     raise invalid_argument(
         field_name, uri, "the emulator reads file://, plain local paths and gs:// (with gcs_dir)"
     )
+
+
+def fetched_from_gcs(uri: str) -> Path:
+    """A local copy of the object ``uri`` on the GCS emulator at ``$STORAGE_EMULATOR_HOST``
+    (Dataproc copies a job's gs:// files to the driver's disk the same way); fetched again
+    when the object's size changed."""
+    from airflow_cdc.work_root import work_path
+
+    parsed = urlparse(uri)
+    source = work_path(f"gs://{parsed.netloc}{parsed.path}")
+    target = Path(tempfile.gettempdir()) / "dataproc-emulator-gcs" / parsed.netloc / \
+        unquote(parsed.path).lstrip("/")
+    size = source.stat().st_size
+    if not target.exists() or target.stat().st_size != size:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.{os.getpid()}.part")
+        partial.write_bytes(source.read_bytes())
+        os.replace(partial, target)
+    return target

@@ -1,0 +1,352 @@
+"""Runners for Dataproc: jobs on an existing cluster, and Dataproc Serverless batches.
+
+A Spark driver on Dataproc cannot see the Airflow worker's disk, so everything a job needs
+is staged under the work root (``gs://bucket/prefix``, :mod:`airflow_cdc.work_root`) first:
+the entry point (``spark_jobs/<name>.py``), the py-files archive and any local jar or file,
+each under ``_staging/<content hash>/<name>`` (uploaded once, found by its hash afterwards).
+The job's arguments name plan, outcome and result files under the same root.
+
+Both runners take a hook with the google provider's ``DataprocHook`` API (``submit_job``,
+``get_job``, ``cancel_job``, ``create_batch``, ``get_batch``; the operators give
+:class:`airflow_cdc.hooks.dataproc.CdcDataprocHook`, which also reaches the local stand-in),
+so no Airflow import happens here. A run is three steps, so operators can wait in the
+triggerer between them: :meth:`submit` returns a :class:`DataprocRun` (a plain value),
+:meth:`poll` says where it is, :meth:`finish` turns a final state into the result or a
+:class:`~airflow_cdc.spark.job.SparkJobError` carrying the driver output's tail.
+:meth:`run` does all three in the task. ``kill`` cancels the job, or the batch's operation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from airflow_cdc.spark.job import SparkJobError, SparkJobResult, SparkJobSpec
+from airflow_cdc.work_root import is_local, read_text, work_path
+
+log = logging.getLogger(__name__)
+
+JOB_DONE, JOB_FAILED = ("DONE",), ("ERROR", "CANCELLED")
+BATCH_DONE, BATCH_FAILED = ("SUCCEEDED",), ("FAILED", "CANCELLED")
+DEFAULT_POLL_SECONDS = 5.0
+DRIVER_TAIL_LINES = 60
+
+
+@dataclass(frozen=True)
+class DataprocRun:
+    """One submitted job or batch: what a trigger needs to follow it (JSON-serializable)."""
+
+    kind: str  # "job" or "batch"
+    name: str  # the spec's name
+    project_id: str
+    region: str
+    resource_id: str  # job id or batch id
+    operation: str | None = None  # a batch's long-running operation
+    driver_output_uri: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DataprocRun:
+        return cls(**dict(data))
+
+
+@dataclass(frozen=True)
+class RunState:
+    state: str
+    final: bool
+    succeeded: bool
+    details: str = ""
+    driver_output_uri: str | None = None
+
+
+def resource_id(name: str) -> str:
+    """A job or batch id from a spec name: lower-case letters, digits and hyphens, a random
+    suffix (a retry is a new job), 4 to 63 characters (the stricter batch rule fits both)."""
+    stem = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:48].strip("-") or "cdc"
+    if not stem[0].isalpha():
+        stem = f"cdc-{stem}"[:48]
+    return f"{stem}-{uuid.uuid4().hex[:8]}"
+
+
+class Staging:
+    """Local files of a spec copied under ``<work_root>/_staging/<sha256[:16]>/<name>``."""
+
+    def __init__(self, work_root: str) -> None:
+        if is_local(work_root):
+            raise ValueError(
+                f"work root {work_root!r} is a local folder, which a Dataproc driver cannot "
+                f"read: set AIRFLOW_CDC_WORK_ROOT (or the pipeline's work_root) to a gs:// URI "
+                f"both Airflow and Dataproc reach, e.g. gs://<bucket>/airflow-cdc"
+            )
+        self.root = work_path(work_root, "_staging")
+        self._known: dict[tuple[str, float, int], str] = {}
+
+    def uri(self, location: str) -> str:
+        """``location`` as a URI the cluster reads: URIs as they are, local files staged."""
+        if not is_local(location):
+            return location
+        path = Path(location.removeprefix("file://"))
+        stat = path.stat()
+        key = (str(path.resolve()), stat.st_mtime, stat.st_size)
+        if key not in self._known:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+            target = self.root / digest / path.name
+            if not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(path.read_bytes())
+            self._known[key] = str(target)
+        return self._known[key]
+
+    def uris(self, locations: Sequence[str]) -> list[str]:
+        return [self.uri(location) for location in locations]
+
+
+@dataclass
+class _DataprocRunner:
+    hook: Any  # the google provider's DataprocHook API
+    region: str
+    project_id: str
+    work_root: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    poll_seconds: float = DEFAULT_POLL_SECONDS
+    logger: logging.Logger = field(default=log, repr=False)
+
+    def __post_init__(self) -> None:
+        self.staging = Staging(self.work_root)
+        self._current: DataprocRun | None = None
+
+    def properties(self, spec: SparkJobSpec) -> dict[str, str]:
+        """Spark properties of the job: its conf, Maven packages, and its environment for
+        the driver and the executors (Dataproc has no per-job environment of its own)."""
+        props = dict(spec.conf)
+        if spec.packages:
+            props["spark.jars.packages"] = ",".join(spec.packages)
+        for key, value in spec.env_vars.items():
+            props[f"spark.executorEnv.{key}"] = value
+            props[f"spark.yarn.appMasterEnv.{key}"] = value
+        for option, value in (("spark.driver.memory", spec.driver_memory),
+                              ("spark.executor.memory", spec.executor_memory),
+                              ("spark.executor.cores", spec.executor_cores),
+                              ("spark.executor.instances", spec.num_executors)):
+            if value is not None:
+                props[option] = str(value)
+        return props
+
+    def pyspark_fields(self, spec: SparkJobSpec) -> dict:
+        return {
+            "main_python_file_uri": self.staging.uri(spec.application),
+            "args": list(spec.application_args),
+            "python_file_uris": self.staging.uris(spec.py_files),
+            "jar_file_uris": self.staging.uris(spec.jars),
+            "file_uris": self.staging.uris(spec.files),
+        }
+
+    # --- the three steps, and all of them -----------------------------------------------------
+    def submit(self, spec: SparkJobSpec) -> DataprocRun:
+        raise NotImplementedError
+
+    def poll(self, run: DataprocRun) -> RunState:
+        raise NotImplementedError
+
+    def finish(self, run: DataprocRun, state: RunState) -> SparkJobResult:
+        """The result of a run in a final state; SparkJobError with the driver's tail otherwise."""
+        tail = driver_output_tail(state.driver_output_uri or run.driver_output_uri)
+        if not state.succeeded:
+            lines = [f"Dataproc {run.kind} {run.resource_id} ended {state.state}: {state.details}",
+                     *tail]
+            raise SparkJobError(run.name, 1, lines)
+        self.logger.info("Dataproc %s %s of %r: %s", run.kind, run.resource_id, run.name,
+                         state.state)
+        return SparkJobResult(run.name, 0, tuple(tail), 0.0)
+
+    def run(self, spec: SparkJobSpec) -> SparkJobResult:
+        """Submit ``spec`` and wait in the task (deferrable operators wait in the triggerer)."""
+        started = time.monotonic()
+        run = self.submit(spec)
+        self._current = run
+        try:
+            state = self.poll(run)
+            while not state.final:
+                time.sleep(self.poll_seconds)
+                state = self.poll(run)
+        except BaseException:
+            self.kill()
+            raise
+        finally:
+            self._current = None
+        result = self.finish(run, state)
+        return SparkJobResult(result.name, 0, result.log_tail, time.monotonic() - started)
+
+    def kill(self) -> None:
+        if self._current is not None:
+            self.cancel(self._current)
+
+    def cancel(self, run: DataprocRun) -> None:
+        raise NotImplementedError
+
+
+@dataclass
+class DataprocJobRunner(_DataprocRunner):
+    """PySpark jobs on an existing Dataproc cluster (``JobController.SubmitJob``)."""
+
+    cluster_name: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.cluster_name:
+            raise ValueError("DataprocJobRunner needs cluster_name: the cluster jobs run on")
+        super().__post_init__()
+
+    def submit(self, spec: SparkJobSpec) -> DataprocRun:
+        job_id = resource_id(spec.name)
+        job = {
+            "reference": {"project_id": self.project_id, "job_id": job_id},
+            "placement": {"cluster_name": self.cluster_name},
+            "labels": dict(self.labels),
+            "pyspark_job": {**self.pyspark_fields(spec), "properties": self.properties(spec)},
+        }
+        submitted = self.hook.submit_job(job=job, project_id=self.project_id,
+                                         region=self.region, request_id=uuid.uuid4().hex)
+        run = DataprocRun("job", spec.name, self.project_id, self.region, job_id,
+                          driver_output_uri=submitted.driver_output_resource_uri or None)
+        self.logger.info("Dataproc job %s of %r submitted to cluster %s (%s); driver output: %s",
+                         job_id, spec.name, self.cluster_name, self.region,
+                         run.driver_output_uri or "(when it starts)")
+        return run
+
+    def poll(self, run: DataprocRun) -> RunState:
+        return poll_run(self.hook, run)
+
+    def cancel(self, run: DataprocRun) -> None:
+        self.logger.info("cancelling Dataproc job %s", run.resource_id)
+        self.hook.cancel_job(job_id=run.resource_id, project_id=run.project_id,
+                             region=run.region)
+
+
+@dataclass
+class DataprocBatchRunner(_DataprocRunner):
+    """Dataproc Serverless batches (``BatchController.CreateBatch``)."""
+
+    runtime_version: str | None = None
+    subnetwork_uri: str | None = None
+    service_account: str | None = None
+    network_tags: Sequence[str] = ()
+    kms_key: str | None = None
+    extra_properties: Mapping[str, str] = field(default_factory=dict)
+
+    def properties(self, spec: SparkJobSpec) -> dict[str, str]:
+        return {**super().properties(spec), **self.extra_properties}
+
+    def submit(self, spec: SparkJobSpec) -> DataprocRun:
+        batch_id = resource_id(spec.name)
+        execution = {k: v for k, v in (("subnetwork_uri", self.subnetwork_uri),
+                                       ("service_account", self.service_account),
+                                       ("network_tags", list(self.network_tags)),
+                                       ("kms_key", self.kms_key)) if v}
+        batch = {
+            "labels": dict(self.labels),
+            "pyspark_batch": self.pyspark_fields(spec),
+            "runtime_config": {"properties": self.properties(spec),
+                               **({"version": self.runtime_version} if self.runtime_version else {})},
+            **({"environment_config": {"execution_config": execution}} if execution else {}),
+        }
+        operation = self.hook.create_batch(region=self.region, project_id=self.project_id,
+                                           batch=batch, batch_id=batch_id,
+                                           request_id=uuid.uuid4().hex)
+        run = DataprocRun("batch", spec.name, self.project_id, self.region, batch_id,
+                          operation=operation.operation.name)
+        self.logger.info("Dataproc batch %s of %r created in %s (operation %s)", batch_id,
+                         spec.name, self.region, run.operation)
+        return run
+
+    def poll(self, run: DataprocRun) -> RunState:
+        return poll_run(self.hook, run)
+
+    def cancel(self, run: DataprocRun) -> None:
+        self.logger.info("cancelling Dataproc batch %s (operation %s)", run.resource_id,
+                         run.operation)
+        self.hook.get_batch_client(region=run.region).transport.operations_client \
+            .cancel_operation(name=run.operation)
+
+
+def poll_run(hook, run: DataprocRun) -> RunState:
+    """Where a job or batch is, through the provider's hook API (runners and the trigger)."""
+    if run.kind == "job":
+        job = hook.get_job(job_id=run.resource_id, project_id=run.project_id, region=run.region)
+        state = job.status.state.name
+        return RunState(state, state in JOB_DONE + JOB_FAILED, state in JOB_DONE,
+                        job.status.details, job.driver_output_resource_uri or None)
+    batch = hook.get_batch(batch_id=run.resource_id, region=run.region,
+                           project_id=run.project_id)
+    state = batch.state.name
+    return RunState(state, state in BATCH_DONE + BATCH_FAILED, state in BATCH_DONE,
+                    batch.state_message, batch.runtime_info.output_uri or None)
+
+
+def driver_output_tail(uri: str | None, lines: int = DRIVER_TAIL_LINES) -> list[str]:
+    """The last lines of a driver's output (Dataproc writes ``<uri>.000000000``, ...)."""
+    if not uri:
+        return []
+    for candidate in (uri, f"{uri}.000000000"):
+        try:
+            return read_text(candidate).splitlines()[-lines:]
+        except (OSError, FileNotFoundError, ValueError):
+            continue
+    return [f"(driver output at {uri} could not be read here)"]
+
+
+# --- what a DAG says ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DataprocCluster:
+    """Run a pipeline's Spark jobs as jobs on an existing Dataproc cluster."""
+
+    cluster_name: str
+    region: str
+    project_id: str | None = None
+    gcp_conn_id: str = "google_cloud_default"
+    impersonation_chain: str | Sequence[str] | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    poll_seconds: float = DEFAULT_POLL_SECONDS
+
+    def runner(self, hook, project_id: str, work_root: str, logger=None) -> DataprocJobRunner:
+        return DataprocJobRunner(hook=hook, region=self.region, project_id=project_id,
+                                 work_root=work_root, labels=self.labels,
+                                 poll_seconds=self.poll_seconds, logger=logger or log,
+                                 cluster_name=self.cluster_name)
+
+
+@dataclass(frozen=True)
+class DataprocServerless:
+    """Run a pipeline's Spark jobs as Dataproc Serverless batches. ``properties`` are added
+    to each batch's runtime properties (``spark_conf`` goes there too)."""
+
+    region: str
+    project_id: str | None = None
+    runtime_version: str | None = None
+    subnetwork_uri: str | None = None
+    service_account: str | None = None
+    network_tags: Sequence[str] = ()
+    kms_key: str | None = None
+    properties: Mapping[str, str] = field(default_factory=dict)
+    gcp_conn_id: str = "google_cloud_default"
+    impersonation_chain: str | Sequence[str] | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    poll_seconds: float = DEFAULT_POLL_SECONDS
+
+    def runner(self, hook, project_id: str, work_root: str, logger=None) -> DataprocBatchRunner:
+        return DataprocBatchRunner(hook=hook, region=self.region, project_id=project_id,
+                                   work_root=work_root, labels=self.labels,
+                                   poll_seconds=self.poll_seconds, logger=logger or log,
+                                   runtime_version=self.runtime_version,
+                                   subnetwork_uri=self.subnetwork_uri,
+                                   service_account=self.service_account,
+                                   network_tags=tuple(self.network_tags), kms_key=self.kms_key,
+                                   extra_properties=dict(self.properties))
