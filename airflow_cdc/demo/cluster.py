@@ -109,7 +109,8 @@ class StandaloneSpark:
 
 
 class GcsEmulator:
-    """``gcp-storage-emulator`` in memory on 127.0.0.1 with one bucket."""
+    """``gcp-storage-emulator`` in memory on 127.0.0.1 with one bucket. A client that drops a
+    connection early (gcsfs does after a HEAD) is not an error worth a traceback on stderr."""
 
     def __init__(self, bucket: str) -> None:
         self.bucket = bucket
@@ -123,6 +124,14 @@ class GcsEmulator:
         self._server = create_server("127.0.0.1", self.port, in_memory=True,
                                      default_bucket=self.bucket)
         self._server.start()
+        httpd = self._server._api._httpd
+        report = httpd.handle_error
+
+        def handle_error(request, client_address):
+            if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+                report(request, client_address)
+
+        httpd.handle_error = handle_error
         return self
 
     def __exit__(self, *exc_info) -> None:

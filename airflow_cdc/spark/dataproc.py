@@ -161,9 +161,9 @@ class _DataprocRunner:
         """The result of a run in a final state; SparkJobError with the driver's tail otherwise."""
         tail = driver_output_tail(state.driver_output_uri or run.driver_output_uri)
         if not state.succeeded:
-            lines = [f"Dataproc {run.kind} {run.resource_id} ended {state.state}: {state.details}",
-                     *tail]
-            raise SparkJobError(run.name, 1, lines)
+            raise SparkJobError(run.name, 1, tail, detail=(
+                f"Dataproc {run.kind} {run.resource_id} ({run.region}) ended {state.state}: "
+                f"{state.details}; driver output: {state.driver_output_uri or run.driver_output_uri}"))
         self.logger.info("Dataproc %s %s of %r: %s", run.kind, run.resource_id, run.name,
                          state.state)
         return SparkJobResult(run.name, 0, tuple(tail), 0.0)

@@ -110,7 +110,7 @@ class BatchStore:
                 "use 4-63 characters of lowercase letters, digits and -, starting and ending "
                 "with a letter or digit",
             )
-        name = f"{request.parent}/batches/{batch_id}"
+        name = f"projects/{project}/locations/{region}/batches/{batch_id}"  # never regions/
         if name in self._batches:
             raise ServiceError(
                 grpc.StatusCode.ALREADY_EXISTS,
@@ -229,7 +229,8 @@ class BatchStore:
                     f"the emulator filters on state, batch_id, batch_uuid and labels.KEY "
                     f"with '=', not on {key!r} = {value!r}",
                 )
-        prefix = request.parent + "/batches/"
+        project, region = _PARENT.match(request.parent).groups()
+        prefix = f"projects/{project}/locations/{region}/batches/"
         with self._lock:
             found = [
                 self._copy(entry)
