@@ -70,8 +70,18 @@ def work_path(root: str | os.PathLike, *parts: str):
     return UPath(str(root), **storage_options(protocol_of(root))).joinpath(*parts)
 
 
+def _object(location):
+    """(fsspec filesystem, path) of a URI (plain fsspec: Spark drivers need no universal_pathlib)."""
+    import fsspec
+
+    return fsspec.core.url_to_fs(str(location), **storage_options(protocol_of(location)))
+
+
 def read_text(location: str | os.PathLike) -> str:
-    return work_path(location).read_text()
+    if is_local(location):
+        return work_path(location).read_text()
+    fs, path = _object(location)
+    return fs.cat_file(path).decode("utf-8")
 
 
 def write_text(location: str | os.PathLike, text: str, *, private: bool = False) -> None:
@@ -86,12 +96,18 @@ def write_text(location: str | os.PathLike, text: str, *, private: bool = False)
             handle.write(text)
         os.replace(staging, target)
         return
-    target.write_text(text)
+    fs, path = _object(location)
+    fs.pipe_file(path, text.encode("utf-8"))
 
 
 def remove(location: str | os.PathLike) -> None:
     """Delete the file if it exists."""
-    work_path(location).unlink(missing_ok=True)
+    if is_local(location):
+        work_path(location).unlink(missing_ok=True)
+        return
+    fs, path = _object(location)
+    if fs.exists(path):
+        fs.rm_file(path)
 
 
 def fsspec_can_open(location: str | os.PathLike) -> bool:

@@ -68,6 +68,14 @@ class RunState:
     driver_output_uri: str | None = None
 
 
+JOB_LABEL = "airflow-cdc-job"
+
+
+def job_label(name: str) -> str:
+    """The label value naming a spec's job (the same for every try of one window's step)."""
+    return hashlib.sha256(name.encode("utf-8")).hexdigest()[:32]
+
+
 def resource_id(name: str) -> str:
     """A job or batch id from a spec name: lower-case letters, digits and hyphens, a random
     suffix (a retry is a new job), 4 to 63 characters (the stricter batch rule fits both)."""
@@ -206,11 +214,14 @@ class DataprocJobRunner(_DataprocRunner):
         super().__post_init__()
 
     def submit(self, spec: SparkJobSpec) -> DataprocRun:
+        running = self.running(spec)
+        if running is not None:
+            return running
         job_id = resource_id(spec.name)
         job = {
             "reference": {"project_id": self.project_id, "job_id": job_id},
             "placement": {"cluster_name": self.cluster_name},
-            "labels": dict(self.labels),
+            "labels": {**self.labels, JOB_LABEL: job_label(spec.name)},
             "pyspark_job": {**self.pyspark_fields(spec), "properties": self.properties(spec)},
         }
         submitted = self.hook.submit_job(job=job, project_id=self.project_id,
@@ -224,6 +235,21 @@ class DataprocJobRunner(_DataprocRunner):
 
     def poll(self, run: DataprocRun) -> RunState:
         return poll_run(self.hook, run)
+
+    def running(self, spec: SparkJobSpec) -> DataprocRun | None:
+        """A job of this spec an earlier try left running (its task was killed while it
+        waited in the triggerer): followed instead of submitting a second one."""
+        client = self.hook.get_job_client(region=self.region)
+        for job in client.list_jobs(request={
+                "project_id": self.project_id, "region": self.region,
+                "filter": f"status.state = ACTIVE AND labels.{JOB_LABEL} = {job_label(spec.name)}"}):
+            self.logger.info("Dataproc job %s of %r is still running from an earlier try: "
+                             "following it instead of submitting another", job.reference.job_id,
+                             spec.name)
+            return DataprocRun("job", spec.name, self.project_id, self.region,
+                               job.reference.job_id,
+                               driver_output_uri=job.driver_output_resource_uri or None)
+        return None
 
     def cancel(self, run: DataprocRun) -> None:
         self.logger.info("cancelling Dataproc job %s", run.resource_id)
@@ -246,13 +272,16 @@ class DataprocBatchRunner(_DataprocRunner):
         return {**super().properties(spec), **self.extra_properties}
 
     def submit(self, spec: SparkJobSpec) -> DataprocRun:
+        running = self.running(spec)
+        if running is not None:
+            return running
         batch_id = resource_id(spec.name)
         execution = {k: v for k, v in (("subnetwork_uri", self.subnetwork_uri),
                                        ("service_account", self.service_account),
                                        ("network_tags", list(self.network_tags)),
                                        ("kms_key", self.kms_key)) if v}
         batch = {
-            "labels": dict(self.labels),
+            "labels": {**self.labels, JOB_LABEL: job_label(spec.name)},
             "pyspark_batch": self.pyspark_fields(spec),
             "runtime_config": {"properties": self.properties(spec),
                                **({"version": self.runtime_version} if self.runtime_version else {})},
@@ -269,6 +298,21 @@ class DataprocBatchRunner(_DataprocRunner):
 
     def poll(self, run: DataprocRun) -> RunState:
         return poll_run(self.hook, run)
+
+    def running(self, spec: SparkJobSpec) -> DataprocRun | None:
+        """A batch of this spec an earlier try left pending or running (see the job runner)."""
+        client = self.hook.get_batch_client(region=self.region)
+        for state in ("PENDING", "RUNNING"):
+            for batch in client.list_batches(request={
+                    "parent": f"projects/{self.project_id}/locations/{self.region}",
+                    "filter": f"state = {state} AND labels.{JOB_LABEL} = {job_label(spec.name)}"}):
+                batch_id = batch.name.rsplit("/", 1)[-1]
+                self.logger.info("Dataproc batch %s of %r is still %s from an earlier try: "
+                                 "following it instead of creating another", batch_id,
+                                 spec.name, state)
+                return DataprocRun("batch", spec.name, self.project_id, self.region, batch_id,
+                                   operation=batch.operation or None)
+        return None
 
     def cancel(self, run: DataprocRun) -> None:
         self.logger.info("cancelling Dataproc batch %s (operation %s)", run.resource_id,

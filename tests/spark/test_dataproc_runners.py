@@ -152,3 +152,15 @@ def test_the_deferred_wait_fires_done_with_the_final_state(services):
 def test_a_local_work_root_is_refused_for_dataproc_naming_the_fix(tmp_path):
     with pytest.raises(ValueError, match="gs://"):
         Staging(str(tmp_path))
+
+
+def test_a_new_try_follows_the_job_an_earlier_try_left_running_instead_of_submitting_another(
+        services):
+    first, second = job_runner(services), job_runner(services)
+    sleeper = spec(services, "sleep", "unused", name="window-step-left-running")
+
+    left = first.submit(sleeper)
+    followed = second.submit(sleeper)
+    first.cancel(left)
+
+    assert followed.resource_id == left.resource_id
