@@ -51,6 +51,7 @@ def main(argv: Sequence[str] | None = None, spark=None) -> int:
     from pyspark.sql import SparkSession
 
     from spark_jobs.apply import DeadLettersError, apply_window
+    from spark_jobs.secret_conf import load_secret_conf
 
     owned = spark is None
     if owned:
@@ -62,6 +63,7 @@ def main(argv: Sequence[str] | None = None, spark=None) -> int:
     code = 0
     try:
         try:
+            load_secret_conf(spark)  # before the catalog is first used
             own_apply = _source_apply(data)
             if own_apply is None:
                 result = apply_window(spark, config)

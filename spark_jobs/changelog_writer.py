@@ -80,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     from spark_jobs.changelog import require_catalog, write_text, write_window
+    from spark_jobs.secret_conf import load_secret_conf
 
     builder = SparkSession.builder.appName(f"cdc-changelog-{args.table}")
     builder = builder.config("spark.sql.session.timeZone", "UTC")
@@ -87,6 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     try:
+        load_secret_conf(spark)  # before the catalog is first used
         require_catalog(spark, args.catalog)
         result = write_window(spark, table, args.window_id, args.input)
         write_text(spark, args.result, result.to_json() + "\n")

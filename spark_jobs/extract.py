@@ -252,10 +252,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     from spark_jobs.changelog import read_text, write_text
+    from spark_jobs.secret_conf import load_secret_conf
 
     args = parse_args(argv)
     spark = SparkSession.builder.getOrCreate()
     try:
+        load_secret_conf(spark)  # before the catalog is first used
         plan = WindowPlanFile.from_json(read_text(spark, args.plan))
         if args.source_overrides:
             overrides = json.loads(read_text(spark, args.source_overrides))

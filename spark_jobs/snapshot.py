@@ -361,10 +361,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
     from spark_jobs.changelog import read_text, write_text
+    from spark_jobs.secret_conf import load_secret_conf
 
     args = parse_args(argv)
     spark = SparkSession.builder.getOrCreate()
     try:
+        load_secret_conf(spark)  # before the catalog is first used
         secrets = json.loads(read_text(spark, args.secrets)) if args.secrets else None
         spec = SnapshotSpec.from_json(read_text(spark, args.spec), secrets)
         summary = run_snapshot(spark, spec)

@@ -28,7 +28,8 @@ the rest follows). Layer by layer, with the layers directly below it::
     emulators                model, work_root: local gRPC servers
     capture                  model: Debezium's embedded engine into the sink file layout
     pipeline                 sources, state, work_root: the window protocol
-    hooks                    pipeline: connections (state store, source clients)
+    hooks                    pipeline, spark: connections (state store, source clients,
+                             Iceberg catalogs)
     triggers                 hooks, spark: waiting in the triggerer (for a window's evidence,
                              for a Dataproc job)
     assets                   spark: Airflow Assets and OpenLineage datasets
@@ -161,7 +162,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "emulators": (("airflow_cdc.emulators",), ("model", "work_root")),
     "capture": (("airflow_cdc.capture",), ("model",)),
     "pipeline": (("airflow_cdc.pipeline",), ("sources", "state", "work_root")),
-    "hooks": (("airflow_cdc.hooks",), ("pipeline",)),
+    "hooks": (("airflow_cdc.hooks",), ("pipeline", "spark")),
     "triggers": (("airflow_cdc.triggers",), ("hooks", "spark")),
     "assets": (("airflow_cdc.assets",), ("spark",)),
     "task_context": (("airflow_cdc.operators.task_context",), ("model",)),

@@ -19,6 +19,7 @@ triggerer between them: :meth:`submit` returns a :class:`DataprocRun` (a plain v
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import re
 import time
@@ -28,8 +29,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from airflow_cdc.spark.job import SparkJobError, SparkJobResult, SparkJobSpec
-from airflow_cdc.work_root import is_local, read_text, work_path
+from airflow_cdc.spark.job import SECRET_CONF_FILE_KEY, SparkJobError, SparkJobResult, SparkJobSpec
+from airflow_cdc.work_root import is_local, read_text, remove, work_path, write_text
 
 log = logging.getLogger(__name__)
 
@@ -132,10 +133,22 @@ class _DataprocRunner:
         self.staging = Staging(self.work_root)
         self._current: DataprocRun | None = None
 
-    def properties(self, spec: SparkJobSpec) -> dict[str, str]:
+    def secret_conf_uri(self, spec: SparkJobSpec, resource: str) -> str | None:
+        """The spec's secret conf written under the work root (never into the job's
+        properties, which the Dataproc API shows to whoever may list jobs); removed when the
+        run ends (:meth:`finish`, :meth:`cancel`). Protected by the bucket's IAM."""
+        if not spec.secret_conf:
+            return None
+        uri = str(work_path(self.work_root, "_secrets", f"{resource}.json"))
+        write_text(uri, json.dumps(dict(spec.secret_conf)), private=True)
+        return uri
+
+    def properties(self, spec: SparkJobSpec, secret_uri: str | None = None) -> dict[str, str]:
         """Spark properties of the job: its conf, Maven packages, and its environment for
         the driver and the executors (Dataproc has no per-job environment of its own)."""
         props = dict(spec.conf)
+        if secret_uri:
+            props[SECRET_CONF_FILE_KEY] = secret_uri
         if spec.packages:
             props["spark.jars.packages"] = ",".join(spec.packages)
         for key, value in spec.env_vars.items():
@@ -167,6 +180,7 @@ class _DataprocRunner:
 
     def finish(self, run: DataprocRun, state: RunState) -> SparkJobResult:
         """The result of a run in a final state; SparkJobError with the driver's tail otherwise."""
+        remove(secret_uri_of(self.work_root, run))
         tail = driver_output_tail(state.driver_output_uri or run.driver_output_uri)
         if not state.succeeded:
             raise SparkJobError(run.name, 1, tail, detail=(
@@ -197,6 +211,7 @@ class _DataprocRunner:
     def kill(self) -> None:
         if self._current is not None:
             self.cancel(self._current)
+            remove(secret_uri_of(self.work_root, self._current))
 
     def cancel(self, run: DataprocRun) -> None:
         raise NotImplementedError
@@ -222,7 +237,8 @@ class DataprocJobRunner(_DataprocRunner):
             "reference": {"project_id": self.project_id, "job_id": job_id},
             "placement": {"cluster_name": self.cluster_name},
             "labels": {**self.labels, JOB_LABEL: job_label(spec.name)},
-            "pyspark_job": {**self.pyspark_fields(spec), "properties": self.properties(spec)},
+            "pyspark_job": {**self.pyspark_fields(spec), "properties": self.properties(
+                spec, self.secret_conf_uri(spec, job_id))},
         }
         submitted = self.hook.submit_job(job=job, project_id=self.project_id,
                                          region=self.region, request_id=uuid.uuid4().hex)
@@ -268,8 +284,8 @@ class DataprocBatchRunner(_DataprocRunner):
     kms_key: str | None = None
     extra_properties: Mapping[str, str] = field(default_factory=dict)
 
-    def properties(self, spec: SparkJobSpec) -> dict[str, str]:
-        return {**super().properties(spec), **self.extra_properties}
+    def properties(self, spec: SparkJobSpec, secret_uri: str | None = None) -> dict[str, str]:
+        return {**super().properties(spec, secret_uri), **self.extra_properties}
 
     def submit(self, spec: SparkJobSpec) -> DataprocRun:
         running = self.running(spec)
@@ -283,7 +299,8 @@ class DataprocBatchRunner(_DataprocRunner):
         batch = {
             "labels": {**self.labels, JOB_LABEL: job_label(spec.name)},
             "pyspark_batch": self.pyspark_fields(spec),
-            "runtime_config": {"properties": self.properties(spec),
+            "runtime_config": {"properties": self.properties(
+                spec, self.secret_conf_uri(spec, batch_id)),
                                **({"version": self.runtime_version} if self.runtime_version else {})},
             **({"environment_config": {"execution_config": execution}} if execution else {}),
         }
@@ -319,6 +336,10 @@ class DataprocBatchRunner(_DataprocRunner):
                          run.operation)
         self.hook.get_batch_client(region=run.region).transport.operations_client \
             .cancel_operation(name=run.operation)
+
+
+def secret_uri_of(work_root: str, run: DataprocRun) -> str:
+    return str(work_path(work_root, "_secrets", f"{run.resource_id}.json"))
 
 
 def poll_run(hook, run: DataprocRun) -> RunState:

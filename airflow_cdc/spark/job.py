@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from airflow_cdc.model import CdcError, InvalidIdentifierError, validate_identifier
-from airflow_cdc.spark.iceberg import IcebergCatalog
+from airflow_cdc.spark.iceberg import REDACTION_REGEX, IcebergCatalog, is_secret_name
 from airflow_cdc.spark.packaging import build_py_files, package_dir
 
 # Conf keys that spark-submit's own options override silently (``--jars`` replaces
@@ -28,6 +28,10 @@ _LIST_CONF_KEYS = {
     "spark.submit.pyFiles": "py_files",
     "spark.files": "files",
 }
+# The public conf key naming the file that holds a job's secret conf (written by the runner,
+# read by spark_jobs.secret_conf right after the session starts).
+SECRET_CONF_FILE_KEY = "spark.airflow_cdc.secretConfFile"
+_CATALOG_PREFIX = "spark.sql.catalog."
 # The lines of a Spark log that say why a job failed: the last line of a Python traceback,
 # a JVM exception or its "Caused by", an entry point's "<prog>: error: ..." (not stack frames).
 _REASON = re.compile(r"^(?:Caused by: |: )?[\w.$]*(?:Error|Exception)\b.*|.*\berror: .*")
@@ -60,6 +64,11 @@ class SparkJobSpec:
     ``spark.submit.pyFiles`` and ``spark.files`` found in ``conf`` move into ``jars``,
     ``packages``, ``py_files`` and ``files`` (spark-submit's options would otherwise silently
     replace them). ``env_vars`` go to the spark-submit process (YARN/Kubernetes: the driver).
+
+    ``secret_conf`` holds properties that must not appear on a command line, in a log or in
+    ``repr`` (catalog passwords, credentials, tokens); a catalog property in ``conf`` named
+    like a secret moves there. Runners hand it to the job in a private file
+    (:data:`SECRET_CONF_FILE_KEY`), and the job sets it on its session before first use.
     """
 
     application: str
@@ -76,11 +85,19 @@ class SparkJobSpec:
     executor_cores: int | None = None
     num_executors: int | None = None
     total_executor_cores: int | None = None
+    secret_conf: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if not self.application:
             raise ValueError("Spark job spec has no application: pass the path of a spark_jobs entry point")
         conf = {str(k): str(v) for k, v in dict(self.conf).items()}
+        secret = {
+            key: conf.pop(key)
+            for key in list(conf)
+            if key.startswith(_CATALOG_PREFIX) and is_secret_name(key[len(_CATALOG_PREFIX):])
+        }
+        secret.update((str(k), str(v)) for k, v in dict(self.secret_conf).items())
+        object.__setattr__(self, "secret_conf", secret)
         lists = {
             "jars": _split(self.jars),
             "packages": _split(self.packages),
@@ -208,9 +225,15 @@ def iceberg_job_spec(
     """A spec for one of our jobs: catalog conf, UTC session time zone and the py-files zip merged in.
 
     ``conf`` is applied last, so callers may override any property (shuffle partitions,
-    memory, ``spark.pyspark.python`` ...).
+    memory, ``spark.pyspark.python`` ...). The catalog's secrets go to ``secret_conf``; a job
+    that has some also redacts ``credential`` and ``authorization`` in Spark's UI and event log.
     """
-    merged = {"spark.sql.session.timeZone": "UTC", **catalog.spark_conf(), **dict(conf or {})}
+    given_secrets = dict(spec_fields.pop("secret_conf", None) or {})  # type: ignore[call-overload]
+    secret_conf = {**catalog.secret_conf(), **given_secrets}
+    redaction = {"spark.redaction.regex": REDACTION_REGEX} if secret_conf else {}
+    merged = {
+        "spark.sql.session.timeZone": "UTC", **redaction, **catalog.spark_conf(), **dict(conf or {})
+    }
     py_files = _merge((str(build_py_files()),), _split(spec_fields.pop("py_files", None)))  # type: ignore[arg-type]
     return SparkJobSpec(
         application=spark_job_application(entry_point),
@@ -218,6 +241,7 @@ def iceberg_job_spec(
         name=name,
         conf=merged,
         py_files=py_files,
+        secret_conf=secret_conf,
         **spec_fields,  # type: ignore[arg-type]
     )
 

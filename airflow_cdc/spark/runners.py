@@ -6,23 +6,36 @@
   Airflow connection names (standalone, YARN, Kubernetes).
 
 Both stream the job's log to the Python logger, keep its last lines, and raise
-:class:`~airflow_cdc.spark.job.SparkJobError` (with those lines) when the job fails.
+:class:`~airflow_cdc.spark.job.SparkJobError` (with those lines) when the job fails. A spec's
+``secret_conf`` never reaches the command line: both write it to a file only this user can
+read, name the file in the public conf, and delete it when the job ends
+(:func:`secret_conf_file`).
 Neither Airflow nor pyspark is imported at module level: executors import ``airflow_cdc.spark``.
 """
 
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from airflow_cdc.spark.job import SparkJobError, SparkJobResult, SparkJobSpec
+from airflow_cdc.spark.job import (
+    SECRET_CONF_FILE_KEY,
+    SparkJobError,
+    SparkJobResult,
+    SparkJobSpec,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +49,32 @@ class SparkRunner(Protocol):
     def run(self, spec: SparkJobSpec) -> SparkJobResult: ...
 
     def kill(self) -> None: ...
+
+
+@contextmanager
+def secret_conf_file(spec: SparkJobSpec, ship: bool = False) -> Iterator[SparkJobSpec]:
+    """``spec`` to submit: its ``secret_conf`` written to a file readable by this user only
+    (mode 0600 from creation), named by the public conf ``spark.airflow_cdc.secretConfFile``;
+    the file is deleted when the block ends, however it ends. ``ship`` also sends the file
+    with the job (``--files``), for a driver on another machine (cluster deploy mode).
+
+    A spec without secrets is yielded unchanged.
+    """
+    if not spec.secret_conf:
+        yield spec
+        return
+    handle, path = tempfile.mkstemp(prefix="cdc-secret-conf-", suffix=".json")
+    try:
+        with os.fdopen(handle, "w") as file:
+            json.dump(dict(spec.secret_conf), file)
+        yield replace(
+            spec,
+            conf={**spec.conf, SECRET_CONF_FILE_KEY: path},
+            files=(*spec.files, path) if ship else spec.files,
+            secret_conf={},
+        )
+    finally:
+        Path(path).unlink(missing_ok=True)
 
 
 def bundled_spark_submit() -> str | None:
@@ -120,6 +159,10 @@ class LocalSparkRunner:
 
     def run(self, spec: SparkJobSpec) -> SparkJobResult:
         """Submit ``spec``, stream its log, wait; raise SparkJobError unless it exits 0."""
+        with secret_conf_file(spec) as public:
+            return self._run(public)
+
+    def _run(self, spec: SparkJobSpec) -> SparkJobResult:
         cmd = self.command(spec)
         self.log.info("Submitting Spark job %r: %s", spec.name, _masked(cmd))
         tail: collections.deque[str] = collections.deque(maxlen=self.log_tail_lines)
@@ -233,6 +276,19 @@ class SparkSubmitHookRunner:
 
     def run(self, spec: SparkJobSpec) -> SparkJobResult:
         """Submit ``spec`` through the hook and wait; raise SparkJobError if it fails."""
+        ship = bool(spec.secret_conf) and self.effective_deploy_mode() == "cluster"
+        with secret_conf_file(spec, ship=ship) as public:
+            return self._run(public)
+
+    def effective_deploy_mode(self) -> str | None:
+        """``deploy_mode``, else the connection's ``deploy-mode`` extra (as the hook reads it)."""
+        if self.deploy_mode:
+            return self.deploy_mode
+        from airflow.providers.common.compat.sdk import BaseHook
+
+        return BaseHook.get_connection(self.conn_id).extra_dejson.get("deploy-mode")
+
+    def _run(self, spec: SparkJobSpec) -> SparkJobResult:
         from airflow_cdc.spark.environment import use_java_home
 
         use_java_home()  # the hook runs spark-submit in this process's environment
@@ -279,11 +335,14 @@ class _TailingLogger:
 
 
 def _masked(cmd: list[str]) -> str:
-    """The command for the log, without secrets (JDBC catalog passwords travel as --conf)."""
+    """The command for the log, without secrets: a second line of defence, since secrets
+    travel in ``secret_conf``, never as ``--conf``."""
     shown = []
     for part in cmd:
         key, sep, _ = part.partition("=")
-        if sep and any(word in key.lower() for word in ("password", "secret", "token")):
+        if sep and any(
+            word in key.lower() for word in ("password", "secret", "token", "credential")
+        ):
             part = f"{key}=******"
         shown.append(part)
     return " ".join(shown)

@@ -26,7 +26,9 @@ APP = """
 import sys, time
 from pyspark.sql import SparkSession
 from airflow_cdc import work_root
+from spark_jobs.secret_conf import load_secret_conf
 spark = SparkSession.builder.getOrCreate()
+load_secret_conf(spark)
 if sys.argv[1] == "fail":
     raise ValueError("the job was told to fail")
 if sys.argv[1] == "sleep":
@@ -164,3 +166,17 @@ def test_a_new_try_follows_the_job_an_earlier_try_left_running_instead_of_submit
     first.cancel(left)
 
     assert followed.resource_id == left.resource_id
+
+
+def test_secret_conf_reaches_the_job_through_the_work_root_never_its_properties(services):
+    result_uri = f"{services['root']}/results/secret.txt"
+    secret = SparkJobSpec(application=services["app"], application_args=("5", result_uri),
+                          name="with-secret", secret_conf={"spark.cdc.test": "canary-7d1f"})
+
+    job_runner(services).run(secret)
+
+    jobs = list(services["dataproc"].job_client().list_jobs(project_id=PROJECT, region=REGION))
+    properties = [dict(j.pyspark_job.properties) for j in jobs]
+    assert work_root.read_text(result_uri) == "5 canary-7d1f"
+    assert not any("canary-7d1f" in str(p) for p in properties)
+    assert list(work_root.work_path(services["root"], "_secrets").glob("*.json")) == []
