@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -109,6 +110,18 @@ class LiveResult:
             and self.comparison.get("mismatches", 1) == 0
             and self.max_gate_delay <= settings.gate_bound_seconds
         )
+
+
+@dataclass
+class WriterLiveResult(LiveResult):
+    """A live run whose writer calls the source's client: OK only when no call was refused."""
+
+    writer_calls: Counter = field(default_factory=Counter)
+    writer_errors: list[str] = field(default_factory=list)
+    last_end: datetime | None = None
+
+    def ok(self, settings) -> bool:
+        return super().ok(settings) and not self.writer_errors
 
 
 def summary_line(name: str, status: str, result: LiveResult) -> str:

@@ -39,14 +39,14 @@ import sys
 import threading
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from airflow_cdc.demo.live import (
     LiveAirflow,
-    LiveResult,
     LiveSchedule,
+    WriterLiveResult,
     gate_bound_seconds,
     recreate,
     run_status,
@@ -78,16 +78,6 @@ class LiveSettings:
     @property
     def gate_bound_seconds(self) -> float:
         return gate_bound_seconds(self.window_seconds, EVIDENCE_DELAY_SECONDS)
-
-
-@dataclass
-class LiveBigtableResult(LiveResult):
-    writer_calls: Counter = field(default_factory=Counter)
-    writer_errors: list[str] = field(default_factory=list)
-    last_end: datetime | None = None
-
-    def ok(self, settings: LiveSettings) -> bool:
-        return super().ok(settings) and not self.writer_errors
 
 
 # --- the writer: client calls in wall-clock time ---------------------------------------------
@@ -231,7 +221,7 @@ class LiveWriter:
 
 
 # --- the run ---------------------------------------------------------------------------------
-def run_live(settings: LiveSettings, base: Path, log=print) -> LiveBigtableResult:
+def run_live(settings: LiveSettings, base: Path, log=print) -> WriterLiveResult:
     from airflow_cdc.demo.bigtable import compare
     from airflow_cdc.emulators.bigtable import BigtableEmulator, BigtableHistory
 
@@ -245,7 +235,7 @@ def run_live(settings: LiveSettings, base: Path, log=print) -> LiveBigtableResul
     schedule = LiveSchedule.starting_after(created, settings.window_seconds, settings.windows,
                                            settings.gate_bound_seconds)
     first, last_end = schedule.first, schedule.last_end
-    result = LiveBigtableResult(last_end=last_end)
+    result = WriterLiveResult(last_end=last_end)
     stream_id = "".join(c if c.isalnum() else "_" for c in history.table_id).lower()
     log(f"live-bigtable: table {history.table_name} created {created.isoformat()}; windows of "
         f"{settings.window_seconds}s from {first.isoformat()} to {last_end.isoformat()}; gate "

@@ -30,14 +30,14 @@ import random
 import sys
 import threading
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 from airflow_cdc.demo.live import (
     LiveAirflow,
-    LiveResult,
     LiveSchedule,
+    WriterLiveResult,
     gate_bound_seconds,
     recreate,
     run_status,
@@ -67,16 +67,6 @@ class LiveSettings:
     @property
     def gate_bound_seconds(self) -> float:
         return gate_bound_seconds(self.window_seconds, SAFETY_MARGIN_SECONDS)
-
-
-@dataclass
-class LiveCommitTsResult(LiveResult):
-    writer_calls: Counter = field(default_factory=Counter)
-    writer_errors: list[str] = field(default_factory=list)
-    last_end: datetime | None = None
-
-    def ok(self, settings: LiveSettings) -> bool:
-        return super().ok(settings) and not self.writer_errors
 
 
 class LiveWriter:
@@ -210,7 +200,7 @@ class LiveWriter:
             self._thread.join(timeout=30)
 
 
-def run_live(settings: LiveSettings, base: Path, log=print) -> LiveCommitTsResult:
+def run_live(settings: LiveSettings, base: Path, log=print) -> WriterLiveResult:
     from airflow_cdc.demo.commit_ts import compare
     from airflow_cdc.emulators.spanner import (
         COMMIT_TIMESTAMP_SCHEMA,
@@ -225,7 +215,7 @@ def run_live(settings: LiveSettings, base: Path, log=print) -> LiveCommitTsResul
     schedule = LiveSchedule.starting_after(created, settings.window_seconds, settings.windows,
                                            settings.gate_bound_seconds)
     first, last_end = schedule.first, schedule.last_end
-    result = LiveCommitTsResult(last_end=last_end)
+    result = WriterLiveResult(last_end=last_end)
     log(f"live-commit-ts: database {DATABASE} created {created.isoformat()}; windows of "
         f"{settings.window_seconds}s from {first.isoformat()} to {last_end.isoformat()}; gate "
         f"bound {settings.gate_bound_seconds:.0f}s after each window end")

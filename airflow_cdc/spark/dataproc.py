@@ -25,7 +25,7 @@ import re
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -107,11 +107,11 @@ class Staging:
         stat = path.stat()
         key = (str(path.resolve()), stat.st_mtime, stat.st_size)
         if key not in self._known:
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-            target = self.root / digest / path.name
+            content = path.read_bytes()
+            target = self.root / hashlib.sha256(content).hexdigest()[:16] / path.name
             if not target.exists():
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(path.read_bytes())
+                target.write_bytes(content)
             self._known[key] = str(target)
         return self._known[key]
 
@@ -205,8 +205,7 @@ class _DataprocRunner:
             raise
         finally:
             self._current = None
-        result = self.finish(run, state)
-        return SparkJobResult(result.name, 0, result.log_tail, time.monotonic() - started)
+        return replace(self.finish(run, state), duration_seconds=time.monotonic() - started)
 
     def kill(self) -> None:
         if self._current is not None:

@@ -7,12 +7,7 @@ Spark (sleep, raise, print) still go through spark-submit, but skip the SparkSes
 
 from __future__ import annotations
 
-import json
-import os
-import signal
-import subprocess
 import time
-import urllib.request
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -25,7 +20,6 @@ from airflow_cdc.emulators.dataproc import (
     DataprocEmulator,
     dataproc_client,
 )
-from tests.spark.support import free_port, spark_class
 
 PROJECT, REGION, CLUSTER = "cdc-project", "europe-west1", "cdc-cluster"
 PARENT = f"projects/{PROJECT}/locations/{REGION}"
@@ -399,49 +393,10 @@ def test_client_reaches_the_emulator_through_dataproc_emulator_host(
 @pytest.fixture
 def standalone_master(tmp_path):
     """A Spark standalone master and one 1-core worker on 127.0.0.1 (killed afterwards)."""
-    port, webui, worker_webui = free_port(), free_port(), free_port()
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOG_DIR": str(tmp_path)}
-    master_url = f"spark://127.0.0.1:{port}"
-    processes = []
-    for log_name, args in (
-        ("master.log", ["org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                        "--port", str(port), "--webui-port", str(webui)]),
-        ("worker.log", ["org.apache.spark.deploy.worker.Worker", master_url, "--host",
-                        "127.0.0.1", "--cores", "1", "--memory", "1g", "--webui-port",
-                        str(worker_webui), "--work-dir", str(tmp_path / "work")]),
-    ):
-        with (tmp_path / log_name).open("w") as log:
-            processes.append(subprocess.Popen(
-                [spark_class(), *args], stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-            ))
+    from airflow_cdc.demo.cluster import StandaloneSpark
 
-    def state() -> dict:
-        with urllib.request.urlopen(f"http://127.0.0.1:{webui}/json/", timeout=5) as answer:
-            return json.load(answer)
-
-    try:
-        deadline = time.monotonic() + 120  # a readiness limit, not a speed assertion
-        while True:
-            try:
-                if any(w.get("state") == "ALIVE" for w in state().get("workers", [])):
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
-                raise RuntimeError((tmp_path / "master.log").read_text()[-3000:])
-            time.sleep(0.5)
-        yield master_url, state
-    finally:
-        for process in processes:
-            try:
-                os.killpg(process.pid, signal.SIGTERM)
-                process.wait(timeout=30)
-            except ProcessLookupError:
-                pass
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+    with StandaloneSpark(tmp_path / "standalone", cores=1, memory="1g") as cluster:
+        yield cluster.master_url, cluster.state
 
 
 def test_job_runs_on_the_standalone_master_the_emulator_is_given(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import stat
 from datetime import datetime, timedelta, timezone
 
@@ -22,24 +21,15 @@ from airflow_cdc.work_root import work_path
 BUCKET = "cdc-work"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def gcs():
-    from gcp_storage_emulator.server import create_server
+    from airflow_cdc.demo.cluster import GcsEmulator
 
-    port = _free_port()
-    server = create_server("127.0.0.1", port, in_memory=True, default_bucket=BUCKET)
-    server.start()
     patch = pytest.MonkeyPatch()
-    patch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
-    yield f"http://127.0.0.1:{port}"
+    with GcsEmulator(BUCKET) as server:
+        patch.setenv("STORAGE_EMULATOR_HOST", server.url)
+        yield server.url
     patch.undo()
-    server.stop()
 
 
 def test_a_folder_work_root_gives_paths_and_private_files_are_owner_only(tmp_path):

@@ -27,7 +27,7 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from airflow_cdc.model import PartitionOutcome, PartitionPosition, format_ts, parse_ts
 from airflow_cdc.sources.base import DeadLetter, WindowRead, changelog_tuple, dead_letter_tuple
