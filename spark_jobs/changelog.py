@@ -35,6 +35,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from airflow_cdc.faults import crash_point
 from airflow_cdc.model import (
     CHANGELOG_COLUMNS,
     CHANGELOG_PARTITIONING,
@@ -341,6 +342,7 @@ def commit_window_with_outcome(
         extra_properties={OUTCOME_PROPERTY: outcome.to_json()},
         declarations=declarations,
     )
+    crash_point("extract.after_changelog_commit")
     write_text(spark, outcome_path, outcome.to_json())
     return {"skipped": False, "snapshot_id": snapshot_id, "counts": outcome.counts}
 

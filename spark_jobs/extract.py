@@ -31,6 +31,7 @@ import sys
 from collections.abc import Sequence
 from datetime import timedelta
 
+from airflow_cdc.faults import crash_point
 from airflow_cdc.model import CdcError, format_ts
 from airflow_cdc.pipeline.files import WindowOutcomeFile, WindowPlanFile
 from airflow_cdc.pipeline.partition_lineage import WindowLineage, check_transactions, run_rounds
@@ -62,6 +63,7 @@ def read_partition_task(plan_json: str, position_json: dict):
     read = window_source(plan).read_partition(plan.window, position_from_json(position_json))
     window = plan.window
     rows = [changelog_tuple(row) for row in read.rows]
+    crash_point("extract.reading")
     dead = [dead_letter_tuple(window.stream_id, window.window_id, d) for d in read.dead_letters]
     return read.outcome, read.transactions, rows, dead, dict(read.counts)
 
@@ -235,6 +237,21 @@ def with_source_overrides(plan: WindowPlanFile, overrides: dict) -> WindowPlanFi
     return replace(plan, source=source)
 
 
+def forget_secret_file(spark, path: str) -> None:
+    """Delete a secret file once read: a task killed while its job ran cannot delete it. An
+    anonymous memory file of the task (:mod:`airflow_cdc.spark.secrets`) needs nothing."""
+    from airflow_cdc import work_root
+    from airflow_cdc.spark.secrets import is_process_file
+
+    if is_process_file(path):
+        return
+    try:
+        work_root.remove(path)
+    except Exception as error:  # noqa: BLE001 - the task deletes it again when the job ends
+        print(f"airflow-cdc extract: could not delete the secret file {path}: "
+              f"{type(error).__name__}", file=sys.stderr, flush=True)
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plan", required=True, help="plan file written by the plan task")
@@ -261,6 +278,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan = WindowPlanFile.from_json(read_text(spark, args.plan))
         if args.source_overrides:
             overrides = json.loads(read_text(spark, args.source_overrides))
+            forget_secret_file(spark, args.source_overrides)
             plan = with_source_overrides(plan, overrides)
         result = extract_window(spark, plan, args.outcome)
         write_text(spark, args.result, json.dumps(result, sort_keys=True))

@@ -20,7 +20,9 @@ level and inside functions) of ``airflow_cdc`` and ``spark_jobs``: a module impo
 own layer and the layers below it (:data:`LAYERS`, each layer naming those directly below;
 the rest follows). Layer by layer, with the layers directly below it::
 
-    model                    nothing: the shared values
+    faults                   nothing: the crash points of the reliability matrix (off
+                             unless a test arms one)
+    model                    faults: the shared values
     sources                  model: adapters and the canonical column types
     state                    model: the metadata tables
     work_root                model: where the hand-over files live (a folder or a URI)
@@ -62,6 +64,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 RULES = {
     # package or module -> top-level packages it must not pull into sys.modules
+    "airflow_cdc.faults": ("airflow", "pyspark"),
     "airflow_cdc.model": ("airflow", "pyspark"),
     "airflow_cdc.sources": ("airflow", "pyspark"),
     "airflow_cdc.state": ("airflow", "pyspark"),
@@ -153,7 +156,8 @@ def test_each_layer_has_modules_to_check(layer):
 # ``airflow_cdc.operators.task_context`` sits below the sensors while ``airflow_cdc.operators``
 # sits above them.
 LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "model": (("airflow_cdc.model",), ()),
+    "faults": (("airflow_cdc.faults",), ()),
+    "model": (("airflow_cdc.model",), ("faults",)),
     "package": ((), ("model",)),  # airflow_cdc/__init__.py itself (see layer_of)
     "sources": (("airflow_cdc.sources",), ("model",)),
     "state": (("airflow_cdc.state",), ("model",)),

@@ -28,6 +28,7 @@ from airflow.providers.common.compat.sdk import (
     TaskDeferred,
 )
 
+from airflow_cdc.faults import crash_point
 from airflow_cdc.hooks.state import DEFAULT_CONN_ID, CdcStateHook
 from airflow_cdc.model import Window, WindowState, format_ts
 from airflow_cdc.operators.task_context import (
@@ -473,6 +474,38 @@ class CdcExtractOperator(CdcSparkOperator):
         self._resolved = source.extract_overrides(self.source_hook(source))
         return self._resolved
 
+    @contextmanager
+    def _overrides_file(self, context, folder):
+        """The path the job reads the source overrides (a short-lived access token) from, or
+        None without any. A driver on this machine reads an anonymous memory file of this
+        process (a SIGKILL of the task leaves nothing: :mod:`airflow_cdc.spark.secrets`); a
+        driver elsewhere a 0600 file in the window folder, which the job deletes once read and
+        this task when the job ends (kept while the task waits in the triggerer)."""
+        from airflow_cdc.pipeline.files import write_private
+        from airflow_cdc.spark.secrets import process_files_supported, process_secret_file
+
+        overrides = self.source_overrides(context)
+        if not overrides:
+            yield None
+            return
+        text = json.dumps(overrides)
+        if self._resumed is None and process_files_supported() and self.runner().driver_is_local:
+            with process_secret_file(text) as path:
+                yield path
+            return
+        path = folder / "source-overrides.json"
+        if self._resumed is None:
+            write_private(path, text)
+        deferred = False
+        try:
+            yield str(path)
+        except TaskDeferred:
+            deferred = True  # the job reads the file while the task waits in the triggerer
+            raise
+        finally:
+            if not deferred:
+                path.unlink(missing_ok=True)
+
     def source_datasets(self) -> list:
         """OpenLineage inputs: what the source names as read (its stream, bucket, tables)."""
         from airflow_cdc.assets import source_datasets
@@ -502,7 +535,6 @@ class CdcExtractOperator(CdcSparkOperator):
         return operator_lineage(self.source_datasets(), self.changelog_dataset())
 
     def execute(self, context) -> dict:
-        from airflow_cdc.pipeline.files import write_private
         from airflow_cdc.spark.job import iceberg_job_spec
 
         config = self.stream_config
@@ -517,33 +549,23 @@ class CdcExtractOperator(CdcSparkOperator):
         store.renew_lease(window, owner, self.lease_seconds)
         folder = config.window_dir(window)
         result_path = folder / "extract-result.json"
-        overrides_path = folder / "source-overrides.json"
         args = [
             "--plan", str(config.plan_path(window)),
             "--outcome", str(config.outcome_path(window)),
             "--result", str(result_path),
         ]
-        overrides = self.source_overrides(context)
-        if overrides:
-            write_private(overrides_path, json.dumps(overrides))
-            args += ["--source-overrides", str(overrides_path)]
-        spec = iceberg_job_spec(
-            "extract",
-            self.iceberg_catalog,
-            args,
-            name=f"cdc-extract-{window.stream_id}-{format_ts(window.start)}",
-            conf=self.job_conf(context),
-            py_files=self.source_py_files(),
-        )
-        deferred = False
-        try:
+        with self._overrides_file(context, folder) as overrides_path:
+            if overrides_path is not None:
+                args += ["--source-overrides", overrides_path]
+            spec = iceberg_job_spec(
+                "extract",
+                self.iceberg_catalog,
+                args,
+                name=f"cdc-extract-{window.stream_id}-{format_ts(window.start)}",
+                conf=self.job_conf(context),
+                py_files=self.source_py_files(),
+            )
             self.run_job(spec, store, window, owner)
-        except TaskDeferred:
-            deferred = True  # the job reads the file while the task waits in the triggerer
-            raise
-        finally:
-            if not deferred:
-                overrides_path.unlink(missing_ok=True)
         result = json.loads(result_path.read_text())
         if result.get("snapshot_id") is None:
             raise AirflowFailException(
@@ -678,16 +700,16 @@ class CdcApplyOperator(CdcSparkOperator):
         try:
             self.run_job(spec, store, window, owner)
         except SparkJobError as error:
-            detail = ""
-            if result_path.exists():
-                result = json.loads(result_path.read_text())
-                if result.get("status") == "failed":
-                    detail = (
-                        f": {result.get('dead_letter_rows')} change rows went to the dead-letter "
-                        f"table {result.get('dead_letter_table')} under on_dead_letter='fail'"
-                    )
-            raise AirflowFailException(f"apply of window {window.window_id} failed{detail}\n{error}")
+            result = json.loads(result_path.read_text()) if result_path.exists() else {}
+            if result.get("status") == "failed":  # the dead-letter policy: a retry cannot help
+                raise AirflowFailException(
+                    f"apply of window {window.window_id} failed: "
+                    f"{result.get('dead_letter_rows')} change rows went to the dead-letter "
+                    f"table {result.get('dead_letter_table')} under on_dead_letter='fail'\n{error}"
+                )
+            raise  # a lost driver, a failed commit: the task's retries run the job again (I1)
         result = json.loads(result_path.read_text())
+        crash_point("apply.before_state_update")
         snapshot_ids = {
             table["target_table"]: int(table["target_snapshot_id"])
             for table in result.get("tables", [])

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from airflow_cdc.faults import crash_point
 from airflow_cdc.model import (
     CdcError,
     PartitionPosition,
@@ -237,6 +238,7 @@ def commit_window(
             f"outcome file {path} is for window {outcome.window_id}, not {window.window_id}"
         )
     extra = {k: v for k, v in outcome.counts.items() if k not in STORE_COMPUTED_COUNTS}
+    crash_point("commit.before_transaction")
     return store.commit_window(window, owner, list(outcome.outcomes), extra)
 
 

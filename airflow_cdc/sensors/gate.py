@@ -33,6 +33,7 @@ from airflow.providers.common.compat.sdk import (
     BaseSensorOperator,
 )
 
+from airflow_cdc.faults import crash_point
 from airflow_cdc.hooks.state import DEFAULT_CONN_ID, CdcStateHook
 from airflow_cdc.operators.task_context import (
     default_deferrable,
@@ -214,6 +215,7 @@ class CdcWindowCompleteSensor(BaseSensorOperator):
         mirror_task_progress(context, "gate", {**summary, "deferred_polls": polls})
         mirror_asset_watermark(context, self.asset_outlets, summary, log=self.log)
         self.log.info("window %s is complete: %s", window.window_id, note)
+        crash_point("gate.after_asset_event")
         return summary
 
     @property

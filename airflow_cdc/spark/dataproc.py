@@ -133,6 +133,11 @@ class _DataprocRunner:
         self.staging = Staging(self.work_root)
         self._current: DataprocRun | None = None
 
+    @property
+    def driver_is_local(self) -> bool:
+        """The driver runs on a Dataproc machine: secrets travel as files under the work root."""
+        return False
+
     def secret_conf_uri(self, spec: SparkJobSpec, resource: str) -> str | None:
         """The spec's secret conf written under the work root (never into the job's
         properties, which the Dataproc API shows to whoever may list jobs); removed when the

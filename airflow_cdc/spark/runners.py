@@ -36,6 +36,7 @@ from airflow_cdc.spark.job import (
     SparkJobResult,
     SparkJobSpec,
 )
+from airflow_cdc.spark.secrets import process_files_supported, process_secret_file
 
 log = logging.getLogger(__name__)
 
@@ -53,15 +54,22 @@ class SparkRunner(Protocol):
 
 @contextmanager
 def secret_conf_file(spec: SparkJobSpec, ship: bool = False) -> Iterator[SparkJobSpec]:
-    """``spec`` to submit: its ``secret_conf`` written to a file readable by this user only
-    (mode 0600 from creation), named by the public conf ``spark.airflow_cdc.secretConfFile``;
-    the file is deleted when the block ends, however it ends. ``ship`` also sends the file
-    with the job (``--files``), for a driver on another machine (cluster deploy mode).
+    """``spec`` to submit: its ``secret_conf`` in a file readable by this user only, named by
+    the public conf ``spark.airflow_cdc.secretConfFile``. For a driver on this machine the file
+    is an anonymous memory file of this process (:mod:`airflow_cdc.spark.secrets`: nothing
+    survives even a SIGKILL of the task); ``ship`` (a driver on another machine, cluster
+    deploy mode) writes a 0600 file instead, sent with the job (``--files``) and deleted when
+    the block ends.
 
     A spec without secrets is yielded unchanged.
     """
     if not spec.secret_conf:
         yield spec
+        return
+    if not ship and process_files_supported():
+        # The driver runs on this machine: an anonymous memory file a SIGKILL cannot leave behind.
+        with process_secret_file(json.dumps(dict(spec.secret_conf))) as path:
+            yield replace(spec, conf={**spec.conf, SECRET_CONF_FILE_KEY: path}, secret_conf={})
         return
     handle, path = tempfile.mkstemp(prefix="cdc-secret-conf-", suffix=".json")
     try:
@@ -111,6 +119,8 @@ class LocalSparkRunner:
     and executors use this interpreter (``PYSPARK_PYTHON``) unless the environment, the spec's
     ``env_vars`` or ``spark.pyspark.python`` say otherwise.
     """
+
+    driver_is_local = True  # the driver can read this process's files (secrets.py)
 
     def __init__(
         self,
@@ -279,6 +289,11 @@ class SparkSubmitHookRunner:
         ship = bool(spec.secret_conf) and self.effective_deploy_mode() == "cluster"
         with secret_conf_file(spec, ship=ship) as public:
             return self._run(public)
+
+    @property
+    def driver_is_local(self) -> bool:
+        """Whether the driver runs on this machine (client deploy mode)."""
+        return self.effective_deploy_mode() != "cluster"
 
     def effective_deploy_mode(self) -> str | None:
         """``deploy_mode``, else the connection's ``deploy-mode`` extra (as the hook reads it)."""

@@ -17,6 +17,7 @@ from typing import Any
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import IntegrityError
 
+from airflow_cdc.faults import crash_point
 from airflow_cdc.model import (
     UTC,
     PartitionOutcome,
@@ -171,7 +172,9 @@ class StateStore:
         check_initial_positions(window, discovered)
 
         def run(conn, now: datetime) -> WindowPlan:
-            return windows.plan(conn, now, window, owner, now + lease, positions, discovered)
+            plan = windows.plan(conn, now, window, owner, now + lease, positions, discovered)
+            crash_point("plan.in_transaction")
+            return plan
 
         return self._write(run)
 
@@ -205,7 +208,13 @@ class StateStore:
         require_text("lease owner", owner)
         extra_counts = dict(counts or {})
         require_json("counts", extra_counts)
-        return self._write(windows.commit, window, owner, tuple(outcomes), extra_counts)
+
+        def run(conn, now: datetime) -> WindowRecord:
+            record = windows.commit(conn, now, window, owner, tuple(outcomes), extra_counts)
+            crash_point("commit.in_transaction")
+            return record
+
+        return self._write(run)
 
     def mark_applied(
         self, window: Window, owner: str, target_snapshot_ids: Mapping[str, int]

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from pyspark.sql import SparkSession
 
+from airflow_cdc.faults import crash_point
 from spark_jobs.apply.commit_threads import side_by_side
 from spark_jobs.apply.config import ApplyConfig, TableName
 from spark_jobs.apply.faults import fault
@@ -85,6 +86,8 @@ def commit_table(spark: SparkSession, config: ApplyConfig, work: TableWork) -> N
         fault(config, f"fail_{_FAULT_NAMES[role]}_commit")
         run()
         work.commits[role] = own_window_commit(spark, table.qualified, window_id)
+        if role == "target":
+            crash_point("apply.after_target_commit")
 
     merging_target = target_due and work.commits["target"] is None and work.target_before is not None
     target_merge_keys = work.updates_in_target + work.deletes_in_target if merging_target else None

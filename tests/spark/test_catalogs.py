@@ -499,10 +499,15 @@ def test_real_spark_submit_with_a_jdbc_catalog_never_shows_its_password_on_a_com
     secret_user = {f"spark.sql.catalog.{catalog.name}.jdbc.user": "postgres"}
     w = window(10)
     rows = change_rows(w, 6)
+    events = tmp_path / "spark-events"
+    events.mkdir()
     spec = changelog_writer_spec(
         catalog, "cdc.orders_changelog", w.window_id,
         write_change_rows(tmp_path / "rows.jsonl", rows), tmp_path / "result.json",
-        conf=TEST_SPARK_CONF, secret_conf=secret_user,
+        # The Spark event log records every SQL execution's session conf (the secrets set at
+        # run time included) unless redacted.
+        conf={**TEST_SPARK_CONF, "spark.eventLog.enabled": "true", "spark.eventLog.dir": events.as_uri()},
+        secret_conf=secret_user,
     )
     watch = CommandLineWatch(CANARY, spec.name)
     watch.start()
@@ -518,6 +523,9 @@ def test_real_spark_submit_with_a_jdbc_catalog_never_shows_its_password_on_a_com
     assert CANARY not in caplog.text and CANARY not in "\n".join(result.log_tail)
     assert list(watch.secret_files.values()) == [0o600]
     assert not any(Path(path).exists() for path in watch.secret_files)
+    logged = "".join(f.read_text(errors="replace") for f in events.rglob("*") if f.is_file())
+    assert "SparkListenerSQLExecutionStart" in logged, "no SQL execution in the event log: it proves nothing"
+    assert CANARY not in logged
     assert json.loads((tmp_path / "result.json").read_text())["rows_written"] == len(rows)
     # Read back through the suite's session, the catalog configured at run time the same way.
     for key, value in {**catalog.spark_conf(), **catalog.secret_conf(), **secret_user}.items():

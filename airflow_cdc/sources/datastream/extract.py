@@ -33,6 +33,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from airflow_cdc.faults import crash_point
 from airflow_cdc.model import CHANGELOG_COLUMNS, PartitionOutcome, parse_ts
 from airflow_cdc.sources.base import DeadLetter, WindowRead, changelog_tuple, dead_letter_tuple
 from airflow_cdc.sources.datastream import PROGRESS_PARTITION
@@ -165,6 +166,7 @@ def _tally(results) -> list[tuple]:
     events = dead = 0
     newest = None
     by_row_id: set[str] = set()
+    crash_point("extract.reading")
     for kind, values, read_ms, row_id_table in results:
         if row_id_table is not None:
             by_row_id.add(row_id_table)
