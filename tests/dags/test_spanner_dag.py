@@ -72,6 +72,9 @@ def replay(airflow_db, tmp_path_factory):
             "CDC_SPANNER_STREAM": history.stream_name,
             "CDC_SPANNER_TABLES": ",".join(TABLES),
             "CDC_DEFERRABLE": "true",
+            # Every OpenLineage event the tasks emit, one JSON per line, for the credential scan.
+            "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+                {"type": "file", "log_file_path": str(base / "openlineage.jsonl"), "append": True}),
             # The state store through a connection whose password is a canary: it must never
             # show up in task output, XCom or Asset extras.
             "AIRFLOW_CONN_CDC_STATE_DEFAULT": json.dumps(
@@ -96,9 +99,11 @@ def replay(airflow_db, tmp_path_factory):
                 # New DAGs start paused (read when Airflow is imported): the first run
                 # registered the consumer, so the later windows' events queue it.
                 unpause("cdc_asset_consumer")
+        lineage = base / "openlineage.jsonl"
         yield {
             "history": history, "dag": dag, "runs": runs, "ends": ends, "base": base,
             "output": output.read_text(),
+            "openlineage": lineage.read_text() if lineage.exists() else "",
         }
     os.environ.clear()
     os.environ.update(saved)
@@ -260,7 +265,7 @@ def test_the_asset_consumer_dag_is_queued_by_the_gate_events(replay):
     assert ("cdc_asset_consumer", "lake.current.Accounts") in queued
 
 
-def test_no_credential_appears_in_task_output_xcom_or_asset_extras(replay):
+def test_no_credential_appears_in_task_output_xcom_asset_extras_or_openlineage_events(replay):
     from airflow.models.xcom import XComModel
     from airflow.utils.session import create_session
     from sqlalchemy import select
@@ -277,7 +282,14 @@ def test_no_credential_appears_in_task_output_xcom_or_asset_extras(replay):
     assert "is complete: every partition live in the window reached its end" in output
     assert " partition(s):" in output and " records, watermark " in output
     assert len(xcoms) >= 3 * len(run_ids) and len(extras) == len(run_ids)
-    for where, texts in (("task output", [output]), ("XCom", xcoms), ("Asset extras", extras)):
+    lineage = replay["openlineage"]
+    assert '"eventType": "COMPLETE"' in lineage or '"eventType":"COMPLETE"' in lineage, (
+        "no OpenLineage event was written: the scan would prove nothing")
+    # No window folder keeps the extract's source overrides (the driver read them from the
+    # task's memory: airflow_cdc.spark.secrets).
+    assert list((replay["base"] / "work").rglob("source-overrides.json")) == []
+    for where, texts in (("task output", [output]), ("XCom", xcoms), ("Asset extras", extras),
+                         ("OpenLineage events", [lineage])):
         for text in texts:
             for secret in (CANARY, "ya29.", "access_token", "BEGIN PRIVATE KEY"):
                 assert secret not in text, f"{secret!r} found in {where}"
