@@ -54,8 +54,10 @@ class World:
         raise NotImplementedError
 
 
-def compare_emulator_tables(tables, truth: dict, folder: Path) -> Check:
-    """Targets of emulator tables (``demo.compare`` columns) against ``truth`` {table: {key: row}}."""
+def compare_emulator_tables(tables, truth: dict, folder: Path, not_yet_seen=None) -> Check:
+    """Targets of emulator tables (``demo.compare`` columns) against ``truth`` {table: {key: row}};
+    ``not_yet_seen(table, key)`` says a row still in a target is one whose delete no read could
+    see yet (a hard delete before the next reconciliation)."""
     from airflow_cdc.demo.compare import compare_table, read_iceberg_rows
 
     check = Check()
@@ -64,7 +66,8 @@ def compare_emulator_tables(tables, truth: dict, folder: Path) -> Check:
         rows = read_iceberg_rows(target) if target.exists() else []
         result = compare_table(table, truth.get(table.name, {}), rows)
         check.lost += [f"{table.name}: key {k} missing" for k in result.missing]
-        check.lost += [f"{table.name}: key {k} present though deleted" for k in result.unexpected]
+        check.lost += [f"{table.name}: key {k} present though deleted" for k in result.unexpected
+                       if not (not_yet_seen and not_yet_seen(table, k))]
         check.lost += [f"{table.name}: key {k} differs {d}" for k, d in result.different]
         if len(rows) > result.target_rows:
             check.duplicated.append(f"{table.name}: {len(rows) - result.target_rows} keys twice")
@@ -121,6 +124,7 @@ class CommitTimestampWorld(World):
     name = "spanner_commit_ts"
     dag_id = "spanner_commit_ts_to_iceberg"
     window = timedelta(minutes=20)
+    reconcile_every = 3
 
     def __enter__(self):
         from airflow_cdc.emulators.spanner import SpannerEmulator, generate_commit_timestamp_tables
@@ -133,7 +137,7 @@ class CommitTimestampWorld(World):
             "SPANNER_EMULATOR_HOST": self.emulator.emulator_host,
             "CDC_START": self.start.isoformat(),
             "CDC_WINDOW_MINUTES": str(int(self.window.total_seconds() // 60)),
-            "CDC_RECONCILE_EVERY": "3",
+            "CDC_RECONCILE_EVERY": str(self.reconcile_every),
             "CDC_STREAM_ID": self.stream_id,
         })
         return self
@@ -153,7 +157,17 @@ class CommitTimestampWorld(World):
                 SimpleNamespace(name=c.name, type=c.type, primary_key=c.name in table.primary_key)
                 for c in table.columns]))
             truth[table.name] = expected_rows(self.database, table, ends)
-        return compare_emulator_tables(tables, truth, self.warehouse / NAMESPACE)
+        # A hard delete is seen by the key reconciliation, every third window; in between,
+        # a target may still hold a row deleted since the last reconciliation (by design).
+        reconciled = ends[len(ends) - len(ends) % self.reconcile_every - 1] if len(ends) >= self.reconcile_every else self.start
+        pending = {(c.table, c.key) for c in self.database.hard_deletes_between(reconciled, end)}
+
+        def not_yet_seen(table, encoded_key) -> bool:
+            keys = [c for c in table.columns if c.primary_key]
+            return any(t == table.name and tuple(c.type.encode(v) for c, v in zip(keys, key)) == encoded_key
+                       for t, key in pending)
+
+        return compare_emulator_tables(tables, truth, self.warehouse / NAMESPACE, not_yet_seen)
 
 
 class BigtableWorld(World):
@@ -253,9 +267,9 @@ class DatastreamWorld(World):
         events = [r["event_id"] for r in changelog]
         if len(events) != len(set(events)):
             check.duplicated.append(f"{len(events) - len(set(events))} Datastream events twice")
-        if end >= self.last_end and len(set(events)) != self.history.events - self.history.duplicates:
+        if end >= self.last_end and len(set(events)) != self.history.events:
             check.lost.append(f"changelog holds {len(set(events))} distinct events, the files "
-                              f"{self.history.events - self.history.duplicates}")
+                              f"{self.history.events}")
         return check
 
 
