@@ -274,18 +274,17 @@ class DatastreamWorld(World):
 
 
 class DebeziumWorld(World):
-    """Real PostgreSQL through real Debezium (the embedded capture in its own process) into the
-    Kafka Connect sink layout, on a real clock: 20-second windows, a workload in each, the
-    tables' true state taken at each window's end. The capture runs until a heartbeat proves
-    the last window captured, then stops; the windows run after it."""
+    """Real PostgreSQL through real Debezium (the embedded capture in its own process, running
+    for the whole world) into the Kafka Connect sink layout. A window reads the sink's files up
+    to the offsets a heartbeat proves complete when it is planned, so each window's workload
+    runs just before its DAG run, and the truth of a window is PostgreSQL's tables right after
+    its workload was captured. Windows are 20 seconds of wall-clock time, run behind it."""
 
     name = "debezium"
     dag_id = "debezium_to_iceberg"
     window = timedelta(seconds=20)
-    windows = 9
 
     def __enter__(self):
-        import time
         from datetime import timezone
 
         from airflow_cdc.demo import debezium as demo
@@ -300,32 +299,33 @@ class DebeziumWorld(World):
         try:
             demo.wait_for(lambda: (sink / "topics" / f"__debezium-heartbeat.{demo.TOPIC_PREFIX}").is_dir(),
                           180, "the capture's snapshot and first heartbeat", self.capture.check_alive)
-            self.start = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=2)
-            self.env.update(demo.environment(sink, self.start, int(self.window.total_seconds()), 3.0))
-            self.stream_id = demo.STREAM_ID
-            source = DebeziumSource({"prefix": str(sink), "topic_prefix": demo.TOPIC_PREFIX,
-                                     "key_columns": demo.KEY_COLUMNS,
-                                     "settings": {"flush_lateness_seconds": 3.0}})
-            self.truths = {}
-            for index in range(self.windows):
-                end = self.start + self.window * (index + 1)
-                time.sleep(max(0.0, (end - self.window + timedelta(seconds=1)
-                                     - datetime.now(timezone.utc)).total_seconds()))
-                for statement in workload(index):
-                    demo.execute(statement)
-                self.truths[end] = demo.source_tables()
-                if datetime.now(timezone.utc) >= end:
-                    raise SystemExit(f"faults: the workload of the window ending {end} ran past it")
-            last = self.start + self.window * self.windows
-            time.sleep(max(0.0, (last - datetime.now(timezone.utc)).total_seconds() + 4))
-            demo.wait_until_captured(source, last + timedelta(seconds=4), self.capture)
-        finally:
-            self.capture.stop()
-            demo.drop_slot()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        self.start = datetime.now(timezone.utc).replace(microsecond=0)
+        self.env.update(demo.environment(sink, self.start, int(self.window.total_seconds()), 3.0))
+        self.stream_id = demo.STREAM_ID
+        self.source = DebeziumSource({"prefix": str(sink), "topic_prefix": demo.TOPIC_PREFIX,
+                                      "key_columns": demo.KEY_COLUMNS,
+                                      "settings": {"flush_lateness_seconds": 3.0}})
+        self.truths: dict[datetime, dict] = {}
         return self
 
-    def window_ends(self, count: int) -> list[datetime]:
-        return super().window_ends(min(count, self.windows))
+    def __exit__(self, *exc) -> None:
+        try:
+            self.capture.stop()
+        finally:
+            self.demo.drop_slot()  # a slot left behind would keep WAL on this machine for ever
+
+    def before_window(self, end) -> None:
+        from datetime import timezone
+
+        index = round((end - self.start) / self.window) - 1
+        for statement in workload(index):
+            self.demo.execute(statement)
+        self.truths[end] = self.demo.source_tables()
+        now = datetime.now(timezone.utc)
+        self.demo.wait_until_captured(self.source, max(now, end) + timedelta(seconds=4), self.capture)
 
     def check(self, end, ends) -> Check:
         from airflow_cdc.demo.datastream import compare_targets
