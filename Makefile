@@ -8,7 +8,7 @@ SYSTEM_JARS := /usr/share/java/jarjar.jar /usr/share/java/postgresql.jar /usr/sh
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
-.PHONY: setup test test-live faults check-install demo demo-datastream demo-bigtable demo-debezium demo-snapshot demo-commit-ts demo-cluster live-datastream live-bigtable live-debezium live-commit-ts bench services system-packages constraints clean
+.PHONY: setup test test-live faults races hostile check-install demo ui-screenshot demo-datastream demo-bigtable demo-debezium demo-snapshot demo-commit-ts demo-cluster live-datastream live-bigtable live-debezium live-commit-ts bench services system-packages constraints clean
 
 ## setup: venv with the pinned constraints, the package (editable), Debian jars, Iceberg jars.
 setup: $(STAMP)
@@ -21,7 +21,8 @@ $(STAMP): pyproject.toml constraints.txt | system-packages
 	touch $@
 
 ## system-packages: Java jars from Debian (jarjar for offline Iceberg, JDBC drivers: PostgreSQL
-## and SQLite for catalogs and snapshots, MariaDB for snapshots).
+## and SQLite for catalogs and snapshots, MariaDB for snapshots) and a headless browser
+## (chromium and chromium-driver: the UI view's tests and `make ui-screenshot`).
 system-packages:
 	@command -v java >/dev/null || { echo "java is missing: install a JDK 17 (Debian: openjdk-17-jre-headless)"; exit 1; }
 	@missing=0; for jar in $(SYSTEM_JARS); do [ -f $$jar ] || missing=1; done; \
@@ -29,6 +30,11 @@ system-packages:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && \
 	  $$SUDO apt-get install -y -qq libjarjar-java libpostgresql-jdbc-java libxerial-sqlite-jdbc-java libmariadb-java; \
+	fi
+	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && \
+	  $$SUDO apt-get install -y -qq chromium chromium-driver; \
 	fi
 
 ## services: PostgreSQL (state store, Debezium) and MariaDB (snapshot chunks, signals) on
@@ -43,8 +49,8 @@ services:
 ## in-process run in a second pytest process (5: none selected, as with a PYTEST_ARGS path
 ## outside them).
 test: setup services
-	$(PY) -m pytest -m "not live and not jvm_in_process and not faults_matrix" $(PYTEST_ARGS)
-	$(PY) -m pytest -m "jvm_in_process and not live and not faults_matrix" $(PYTEST_ARGS) || [ $$? = 5 ]
+	$(PY) -m pytest -m "not live and not jvm_in_process and not faults_matrix and not races_long" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "jvm_in_process and not live and not faults_matrix and not races_long" $(PYTEST_ARGS) || [ $$? = 5 ]
 
 ## test-live: the tests marked live (each a schedule on a real clock, minutes); CI runs them.
 test-live: setup services
@@ -58,6 +64,17 @@ test-live: setup services
 faults: setup services
 	$(PY) tests/faults/matrix.py $(FAULTS_ARGS)
 
+## hostile: the property tests of every source's parser (tests/hostile) with 5,000 examples
+## each instead of make test's 200 (about ten minutes).
+hostile: setup
+	AIRFLOW_CDC_HYPOTHESIS_PROFILE=thorough $(PY) -m pytest tests/hostile -m "not live" $(PYTEST_ARGS)
+
+## races: the long race variants (tests/races, marker races_long): two DAGs declaring one
+## stream planned at once; a window cleared while the next one runs, through real DAG runs; two
+## apply spark-submits of one window at once (about 10 minutes).
+races: setup services
+	$(PY) -m pytest -m races_long tests/races $(PYTEST_ARGS)
+
 ## check-install: the install paths users take, each in a fresh venv without the dev pins
 ## (Airflow side only at the newest and at the lowest allowed versions, cluster, local Spark,
 ## the Dockerfile's steps); about 8 minutes. CI runs it after the tests.
@@ -67,6 +84,14 @@ check-install: setup
 ## demo: the main pipeline end to end on embedded defaults.
 demo: setup
 	$(PY) -m airflow_cdc.demo.spanner
+
+## ui-screenshot: the CDC view in Airflow's UI as a browser shows it (airflow_cdc/demo/ui.py):
+## Airflow's api-server with the provider's plugin on the demo's state (`make demo` first when
+## .demo/airflow/cdc_state.db is missing), headless Chromium logs in and opens the view; writes
+## build/ui-screenshot.png, last line `ui-screenshot: OK streams=<n> windows=<n> path=...`.
+ui-screenshot: setup
+	@[ -f .demo/airflow/cdc_state.db ] || $(MAKE) demo
+	$(PY) -m airflow_cdc.demo.ui --output build/ui-screenshot.png
 
 ## demo-datastream: the Datastream pipeline end to end on local event files.
 demo-datastream: setup
@@ -121,7 +146,13 @@ live-commit-ts: setup
 	$(PY) -m airflow_cdc.demo.live_commit_ts
 
 ## bench: benchmarks (ratios against a baseline measured in the same run); bench/snapshot.py
-## reads a table of 1M rows in PostgreSQL three ways (about 3 minutes) and runs Debezium.
+## reads a table of 1M rows in PostgreSQL three ways (about 3 minutes) and runs Debezium;
+## bench/ui.py times the CDC view's API on a stream of 100,000 windows (about 2 minutes);
+## bench/scale.py runs a window of 72k, then 288k Spanner changes over 1,000 partitions
+## through extract and apply and prints the drivers' peak memory (about 6 minutes; the
+## issue's 0.5M/2M/5M figures: `.venv/bin/python bench/scale.py --full`, about an hour);
+## bench/state_store.py plans and commits windows of 10,000 partitions on SQLite and
+## PostgreSQL (about a minute).
 bench: setup services
 	@for b in bench/*.py; do [ -f "$$b" ] && $(PY) "$$b"; done; true
 

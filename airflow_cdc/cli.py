@@ -4,7 +4,7 @@
     airflow-cdc inspect-window STREAM START  one window: state, counts, gate, its partitions
     airflow-cdc reset-stream STREAM          forget a stream (asks for confirmation)
     airflow-cdc release-lease STREAM START   free a window held by a dead run (asks first)
-    airflow-cdc lag-chart STREAM -o lag.svg  low-watermark lag per window, SVG or PNG
+    airflow-cdc lag-chart STREAM -o lag.svg  freshness, lag, changes, step durations (SVG/PNG)
     airflow-cdc doctor                       what this install has: Airflow, Spark, Iceberg, Java
     airflow-cdc capture debezium --config F  embedded Debezium into the Kafka Connect sink layout
 
@@ -21,10 +21,14 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-from airflow_cdc.model import CdcError, PartitionState, WindowState, format_ts, parse_ts
-
-DEFAULT_STALL_SECONDS = 600
-LIVE_STATES = (PartitionState.CREATED, PartitionState.READY, PartitionState.RUNNING)
+from airflow_cdc.model import CdcError, WindowState, format_ts, parse_ts
+from airflow_cdc.pipeline.stream_health import (
+    DEFAULT_STALL_SECONDS,
+    duration_text,
+    partition_health,
+    stream_health,
+    window_health,
+)
 
 
 def open_store(args):
@@ -37,48 +41,6 @@ def open_store(args):
 
         url = CdcStateHook(cdc_state_conn_id=args.conn_id).get_url()
     return StateStore(url)
-
-
-def duration(seconds: float) -> str:
-    """``1h02m03s`` style, for lags."""
-    seconds = int(max(0, seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m{secs:02d}s"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
-
-
-def window_lag(record, now: datetime) -> float:
-    """How far the window's low watermark trails its end, in seconds (0 once complete).
-
-    A window not yet committed has no low watermark: its lag runs from its start.
-    """
-    reached = record.low_watermark or record.start
-    if record.state in (WindowState.PLANNED, WindowState.EXTRACTED, WindowState.FAILED):
-        reached = record.start
-    return max(0.0, (record.end - reached).total_seconds())
-
-
-def partition_rows(store, stream_id: str, now: datetime, stall_seconds: float) -> list[dict]:
-    """Live partitions with watermark, lag and whether they stalled; stalled ones first."""
-    rows = []
-    for p in store.list_partitions(stream_id, states=LIVE_STATES):
-        stalled = (now - p.watermark_since).total_seconds() >= stall_seconds
-        rows.append(
-            {
-                "partition": p.partition_id,
-                "state": p.state.value,
-                "watermark": p.watermark,
-                "since": p.watermark_since,
-                "lag": (now - p.watermark).total_seconds(),
-                "stalled": stalled,
-            }
-        )
-    rows.sort(key=lambda r: (not r["stalled"], r["watermark"], r["partition"]))
-    return rows
 
 
 # --- commands ----------------------------------------------------------------------------------
@@ -96,37 +58,42 @@ def cmd_status(args, out) -> int:
         print("no streams yet: a pipeline registers its stream when it plans its first window",
               file=out)
     for stream in streams:
-        windows = store.list_windows(stream.stream_id)
-        complete = [w for w in windows if w.state is WindowState.COMPLETE]
-        low = complete[-1].low_watermark if complete else None
-        lag = f", lag {duration((now - low).total_seconds())}" if low else ""
-        print(f"\nstream {stream.stream_id} ({stream.source_kind}): {len(windows)} window(s), "
-              f"complete up to {format_ts(low) if low else 'nothing yet'}{lag}", file=out)
+        health = stream_health(store, stream, now)
+        complete = health.last_complete
+        print(f"\nstream {stream.stream_id} ({stream.source_kind}): {health.windows} window(s), "
+              f"complete up to {format_ts(complete.end) if complete else 'nothing yet'}"
+              + (f", freshness {duration_text(health.freshness_seconds)}, "
+                 f"lag {duration_text(health.lag_seconds)}" if complete else ""), file=out)
         # Open windows first (newest first), then the most recent complete ones.
-        shown = sorted(
-            windows, key=lambda w: (w.state is WindowState.COMPLETE, -w.start.timestamp())
-        )[: args.windows]
         print("  windows:", file=out)
-        for w in shown:
-            counts = w.counts or {}
+        for w in window_health(store, stream.stream_id, args.windows, gate_reasons=0,
+                               open_first=True):
+            record, counts = w.record, w.record.counts or {}
             print(
-                f"    [{format_ts(w.start)}, {format_ts(w.end)}) {w.state.value:<9} "
-                f"low watermark {format_ts(w.low_watermark) if w.low_watermark else '-':<27} "
-                f"lag {duration(window_lag(w, now)):>9}  changes {counts.get('changes', '-')}"
-                + (f"  FAILED: {w.failure_reason}" if w.state is WindowState.FAILED else ""),
+                f"    [{format_ts(record.start)}, {format_ts(record.end)}) {record.state.value:<9} "
+                f"low watermark "
+                f"{format_ts(record.low_watermark) if record.low_watermark else '-':<27} "
+                f"lag {duration_text(w.lag_seconds):>9}  changes {counts.get('changes', '-')}"
+                + (f"  FAILED: {record.failure_reason}"
+                   if record.state is WindowState.FAILED else ""),
                 file=out,
             )
         if stream.source_kind == "debezium":
-            print_snapshot_state(windows, out)
+            print_snapshot_state(store.list_windows(stream.stream_id), out)
         print("  partitions:", file=out)
-        for row in partition_rows(store, stream.stream_id, now, args.stall_seconds):
-            flag = "STALLED" if row["stalled"] else "ok"
+        rows = partition_health(store, stream.stream_id, now, args.partitions, health.behind,
+                                args.stall_seconds)
+        for row in rows:
+            flag = "STALLED" if row.stalled else ("behind" if row.lagging else "ok")
             print(
-                f"    {flag:<7} {row['partition'][:40]:<40} {row['state']:<7} "
-                f"watermark {format_ts(row['watermark'])} since {format_ts(row['since'])} "
-                f"lag {duration(row['lag'])}",
+                f"    {flag:<7} {row.partition_id[:40]:<40} {row.state:<7} "
+                f"watermark {format_ts(row.watermark)} since {format_ts(row.since)} "
+                f"lag {duration_text(row.lag_seconds)}",
                 file=out,
             )
+        if health.live_partitions > len(rows):
+            print(f"    ... and {health.live_partitions - len(rows)} more live partition(s) "
+                  f"(--partitions shows more)", file=out)
     return 0
 
 
@@ -231,104 +198,22 @@ def cmd_release_lease(args, out) -> int:
 
 
 def cmd_lag_chart(args, out) -> int:
+    from airflow_cdc.charts import FORMATS, window_chart
+
+    output = Path(args.output)
+    fmt = output.suffix.lower().lstrip(".")
+    if fmt not in FORMATS:
+        raise CdcError(f"lag-chart output {str(output)!r} must end in .svg or .png")
+    if args.last < 1:
+        raise CdcError(f"--last {args.last} charts no window: give 1 or more")
     store = open_store(args)
-    windows = store.list_windows(args.stream)
+    windows = window_health(store, args.stream, args.last, gate_reasons=0)
     if not windows:
         raise CdcError(f"stream {args.stream!r} has no windows in {store.url}: nothing to chart")
-    now = datetime.now(timezone.utc)
-    points = [(w.start, window_lag(w, now), w.state) for w in windows[-args.last:]]
-    output = Path(args.output)
-    suffix = output.suffix.lower()
-    if suffix == ".svg":
-        output.write_text(lag_svg(args.stream, points))
-    elif suffix == ".png":
-        output.write_bytes(lag_png(points))
-    else:
-        raise CdcError(f"lag-chart output {str(output)!r} must end in .svg or .png")
-    print(f"wrote {output}: low-watermark lag of {len(points)} window(s) of {args.stream}",
-          file=out)
+    output.write_bytes(window_chart(args.stream, windows, fmt, now=datetime.now(timezone.utc)))
+    print(f"wrote {output}: freshness and lag, changes and step durations of "
+          f"{len(windows)} window(s) of {args.stream}", file=out)
     return 0
-
-
-# --- charts ------------------------------------------------------------------------------------
-_BAR = {"ok": "#4c9a2a", "late": "#d9822b", "failed": "#c23030"}
-
-
-def _bar_kind(lag: float, state: WindowState) -> str:
-    if state is WindowState.FAILED:
-        return "failed"
-    return "ok" if lag == 0 else "late"
-
-
-def lag_svg(stream_id: str, points: list[tuple[datetime, float, WindowState]]) -> str:
-    """A bar per window: how far its low watermark trails its end. No dependency."""
-    from xml.sax.saxutils import escape
-
-    width, height, left, bottom, top = max(480, 60 + 18 * len(points)), 320, 70, 70, 40
-    plot_h = height - bottom - top
-    peak = max((lag for _, lag, _ in points), default=0) or 1.0
-    bar_w = (width - left - 20) / max(1, len(points))
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
-        f'<title>low-watermark lag per window: {escape(stream_id)}</title>',
-        f'<text x="{left}" y="22" font-size="14">low-watermark lag per window — '
-        f'{escape(stream_id)}</text>',
-        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#333"/>',
-        f'<line x1="{left}" y1="{top + plot_h}" x2="{width - 10}" y2="{top + plot_h}" '
-        f'stroke="#333"/>',
-        f'<text x="{left - 6}" y="{top + 4}" text-anchor="end">{duration(peak)}</text>',
-        f'<text x="{left - 6}" y="{top + plot_h + 4}" text-anchor="end">0s</text>',
-    ]
-    for i, (start, lag, state) in enumerate(points):
-        h = plot_h * lag / peak
-        x = left + i * bar_w + 2
-        parts.append(
-            f'<rect class="window" x="{x:.1f}" y="{top + plot_h - h:.1f}" '
-            f'width="{max(1.0, bar_w - 4):.1f}" height="{h:.1f}" '
-            f'fill="{_BAR[_bar_kind(lag, state)]}"><title>{format_ts(start)} {state.value} '
-            f'lag {duration(lag)}</title></rect>'
-        )
-        if i % max(1, len(points) // 8) == 0:
-            label = start.strftime("%m-%d %H:%M")
-            parts.append(
-                f'<text x="{x:.1f}" y="{top + plot_h + 14}" transform="rotate(35 {x:.1f} '
-                f'{top + plot_h + 14})">{label}</text>'
-            )
-    parts.append("</svg>")
-    return "\n".join(parts) + "\n"
-
-
-def lag_png(points: list[tuple[datetime, float, WindowState]]) -> bytes:
-    """The same bars as a PNG (axes and bars, no text: labels need a font renderer)."""
-    import struct
-    import zlib
-
-    width, height, margin = max(320, 20 + 12 * len(points)), 200, 10
-    plot_h = height - 2 * margin
-    peak = max((lag for _, lag, _ in points), default=0) or 1.0
-    bar_w = max(2, (width - 2 * margin) // max(1, len(points)))
-    pixels = [[(255, 255, 255)] * width for _ in range(height)]
-    for y in range(margin, height - margin + 1):
-        pixels[y][margin] = (0, 0, 0)
-    for x in range(margin, width - margin):
-        pixels[height - margin][x] = (0, 0, 0)
-    for i, (_, lag, state) in enumerate(points):
-        colour = tuple(int(_BAR[_bar_kind(lag, state)][k:k + 2], 16) for k in (1, 3, 5))
-        h = int(round(plot_h * lag / peak))
-        x0 = margin + 1 + i * bar_w
-        for y in range(height - margin - h, height - margin):
-            for x in range(x0, min(width - margin, x0 + bar_w - 1)):
-                pixels[y][x] = colour
-    raw = b"".join(b"\x00" + bytes(c for px in row for c in px) for row in pixels)
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return (struct.pack(">I", len(data)) + kind + data
-                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
-
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
-            + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
 
 
 # --- doctor ------------------------------------------------------------------------------------
@@ -433,9 +318,12 @@ def parser() -> argparse.ArgumentParser:
                                  help="streams, windows and partitions, stalled first")
     status.add_argument("stream", nargs="?", help="only this stream")
     status.add_argument("--windows", type=int, default=10, help="windows per stream (10)")
+    status.add_argument("--partitions", type=int, default=100,
+                        help="live partitions per stream, the ones holding it back first (100)")
     status.add_argument("--stall-seconds", type=float, default=DEFAULT_STALL_SECONDS,
-                        help="a partition whose watermark has not moved for this long is "
-                             f"stalled ({DEFAULT_STALL_SECONDS})")
+                        help="a partition behind the newest committed window whose "
+                             "watermark has not moved for this long is stalled "
+                             f"({DEFAULT_STALL_SECONDS})")
     status.set_defaults(run=cmd_status)
 
     inspect = commands.add_parser("inspect-window", parents=[common], help="one window")
@@ -458,7 +346,8 @@ def parser() -> argparse.ArgumentParser:
     release.set_defaults(run=cmd_release_lease)
 
     chart = commands.add_parser("lag-chart", parents=[common],
-                                help="low-watermark lag per window as SVG or PNG")
+                                help="freshness and lag, changes and step durations per window "
+                                     "as SVG or PNG")
     chart.add_argument("stream")
     chart.add_argument("-o", "--output", required=True, help="file ending in .svg or .png")
     chart.add_argument("--last", type=int, default=200, help="the last N windows (200)")

@@ -1,6 +1,7 @@
 """Benchmark of the apply job against its floor, a plain Iceberg append of the same rows.
 
     .venv/bin/python bench/apply.py [--changes 1000000] [--keys 200000]
+    .venv/bin/python bench/apply.py --full     # then 5,000,000 changes over 1,000,000 keys
 
 Builds a changelog of ``--changes`` changes over ``--keys`` keys of one Spanner-like table,
 generated in Spark: every key starts with an INSERT, then follows one of three histories
@@ -21,9 +22,13 @@ ratio mixed steady-state speed with warming up. Then ``--repeats`` full runs, ea
 changelog, and the medians of both timings: single runs of either varied by up to a third on
 a 2-core machine.
 
-Prints exactly one line (each run's timings go to stderr):
+Prints one line (each run's timings go to stderr):
 ``bench apply: changes=<n> seconds=<s> floor_seconds=<f> ratio=<s/f> changes_per_s=<n/s>``.
-The target is ratio <= 2.0. Not a test: nothing here asserts on time.
+With ``--full``, then the same at five times the changes over five times the keys (5M over
+1M: the same five changes per key), in the same warm session (``--growth-repeats`` runs), and
+``bench apply: changes=<a>-><b> keys=<k>-><K> growth=<seconds b / seconds a>
+floor_growth=<the floor's>`` (linear is 5.0; the target is growth <= 5.5). The target ratio
+is <= 1.5. Not a test: nothing here asserts on time.
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ COLUMN_TYPES = (
 # Op of the change at position 0..4 of a key, per history (key % 4).
 HISTORIES = {0: "IUUDI", 1: "IUDIU", 2: "IUUUU", 3: "IUUUU"}
 EXTRACT_TASKS = 4  # files per window in the changelog, as from an extract reading 4 partitions
+GROWTH = 5  # --full: the large size is this many times the changes and the keys
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -67,6 +73,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--warehouse", help="Iceberg warehouse folder (default: a temporary one)")
     parser.add_argument("--warmups", type=int, default=3, help="small warm-up runs before timing (default 3)")
     parser.add_argument("--repeats", type=int, default=5, help="timed runs; medians are printed (default 5)")
+    parser.add_argument("--full", action="store_true",
+                        help=f"then {GROWTH}x the changes over {GROWTH}x the keys (5M over 1M), and the growth")
+    parser.add_argument("--growth-repeats", type=int, default=2,
+                        help="timed runs at the large size with --full (default 2)")
     args = parser.parse_args(argv)
     if args.keys <= 0 or args.changes < args.keys or args.changes % args.keys:
         parser.error("--changes must be a positive multiple of --keys (changes per key = changes / keys)")
@@ -208,22 +218,41 @@ def main(argv=None) -> int:
             build_changelog(spark, f"lake.warm{round_}.changelog", args.changes, args.keys)
             warm = run_apply(spark, f"warm{round_}"), run_floor(spark, f"warm{round_}")
             print(f"bench apply: warm-up {round_ + 1}: seconds={warm[0]:.2f} floor_seconds={warm[1]:.2f}", file=sys.stderr)
-        applies, floors = [], []
-        for round_ in range(args.repeats):
-            build_changelog(spark, f"lake.bench{round_}.changelog", args.changes, args.keys)
-            applies.append(run_apply(spark, f"bench{round_}"))
-            floors.append(run_floor(spark, f"bench{round_}"))
-            print(f"bench apply: run {round_ + 1}: seconds={applies[-1]:.2f} floor_seconds={floors[-1]:.2f}", file=sys.stderr)
-        seconds, floor = statistics.median(applies), statistics.median(floors)
+        seconds, floor = measure(spark, "bench", args.changes, args.keys, args.repeats)
+        print(result_line(args.changes, seconds, floor), flush=True)
+        if args.full:
+            # The growth: 5x the changes over 5x the keys, in the same (warm) session.
+            large, large_keys = args.changes * GROWTH, args.keys * GROWTH
+            large_seconds, large_floor = measure(spark, "large", large, large_keys, args.growth_repeats)
+            print(result_line(large, large_seconds, large_floor), flush=True)
+            print(f"bench apply: changes={args.changes}->{large} keys={args.keys}->{large_keys} "
+                  f"growth={large_seconds / seconds:.2f} floor_growth={large_floor / floor:.2f}",
+                  flush=True)
     finally:
         spark.stop()
         if own_warehouse:
             shutil.rmtree(warehouse, ignore_errors=True)
-    print(
-        f"bench apply: changes={args.changes} seconds={seconds:.2f} floor_seconds={floor:.2f} "
-        f"ratio={seconds / floor:.2f} changes_per_s={args.changes / seconds:.0f}"
-    )
     return 0
+
+
+def measure(spark, prefix: str, changes: int, keys: int, repeats: int) -> tuple[float, float]:
+    """``repeats`` runs of apply and of the floor at this size, each on its own changelog: the
+    medians of both timings."""
+    applies, floors = [], []
+    for round_ in range(repeats):
+        build_changelog(spark, f"lake.{prefix}{round_}.changelog", changes, keys)
+        applies.append(run_apply(spark, f"{prefix}{round_}"))
+        floors.append(run_floor(spark, f"{prefix}{round_}"))
+        print(f"bench apply: {changes} changes, run {round_ + 1}: seconds={applies[-1]:.2f} "
+              f"floor_seconds={floors[-1]:.2f}", file=sys.stderr)
+    return statistics.median(applies), statistics.median(floors)
+
+
+def result_line(changes: int, seconds: float, floor: float) -> str:
+    return (
+        f"bench apply: changes={changes} seconds={seconds:.2f} floor_seconds={floor:.2f} "
+        f"ratio={seconds / floor:.2f} changes_per_s={changes / seconds:.0f}"
+    )
 
 
 if __name__ == "__main__":

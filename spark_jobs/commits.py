@@ -11,6 +11,12 @@ made, and the snapshot a frame is pinned to, are read from the table's metadata 
 catalog (no Spark job), and so are the window's earlier commits; the search of the snapshots
 table is the fallback.
 
+Two jobs of the same window at once (an orphaned spark-submit and the task's retry) both
+find the commit missing; each commit is then made once: a MERGE conflicts in Iceberg's
+optimistic concurrency, an append is checked against the snapshot its job read
+(``append_tagged(read_at=...)``), and the loser takes the winner's tagged commit as its own
+(:func:`concurrent_window_commit`).
+
 Appends are tagged with the writer option ``snapshot-property.<key>``. SQL ``MERGE`` on the
 Iceberg 1.10 / Spark 3.5 runtime ignores the session conf ``spark.sql.iceberg.snapshot-property.*``,
 so it runs inside ``org.apache.iceberg.spark.CommitMetadata.withCommitProperties``, which
@@ -227,12 +233,68 @@ def table_before(spark: SparkSession, table: str, commit: WindowCommit | None) -
     return spark.read.option("snapshot-id", str(snapshot_id)).table(table)
 
 
-def append_tagged(frame: DataFrame, table: str, properties: Mapping[str, str]) -> None:
-    """Append ``frame`` to ``table`` in one commit carrying ``properties``."""
+# ``append_tagged(..., read_at=UNCHECKED)``: append whatever was committed meanwhile.
+UNCHECKED = object()
+# What Iceberg raises when a commit's table changed under it: a conflict check failed
+# (ValidationException), or the optimistic commit kept losing the race (CommitFailedException).
+_CONFLICT_EXCEPTIONS = (
+    "org.apache.iceberg.exceptions.ValidationException",
+    "org.apache.iceberg.exceptions.CommitFailedException",
+)
+
+
+def append_tagged(
+    frame: DataFrame, table: str, properties: Mapping[str, str], read_at: int | None | object = UNCHECKED
+) -> None:
+    """Append ``frame`` to ``table`` in one commit carrying ``properties``.
+
+    With ``read_at``, the snapshot id the caller read the table at (None: it had no snapshot),
+    the commit is made only if no data was added to the table since: Iceberg checks that when
+    it commits (an overwrite by the always-false filter, at serializable isolation: it deletes
+    nothing and commits as an append). A plain append never conflicts, so two jobs that both
+    found the window's commit missing would both append it; checked, the later one fails with
+    a commit conflict (:func:`is_commit_conflict`) and appends nothing.
+    """
     writer = frame.writeTo(table)
     for key, value in properties.items():
         writer = writer.option(f"snapshot-property.{key}", value)
-    writer.append()
+    if read_at is UNCHECKED:
+        writer.append()
+        return
+    from pyspark.sql import functions as F
+
+    writer = writer.option("isolation-level", "serializable")
+    if read_at is not None:
+        writer = writer.option("validate-from-snapshot-id", str(read_at))
+    writer.overwrite(F.lit(False))
+
+
+def concurrent_window_commit(
+    spark: SparkSession, table: str, window_id: str, error: BaseException
+) -> WindowCommit | None:
+    """The window's commit of ``table`` that another job made while this one tried to make it.
+
+    When ``error`` is a commit conflict and the table now carries a commit tagged with the
+    window, that commit is the window's (both jobs computed it from the same pre-window
+    snapshot): the caller takes it as its own. None otherwise: the error is the caller's.
+    """
+    if not is_commit_conflict(error):
+        return None
+    return window_commit(spark, table, window_id)
+
+
+def is_commit_conflict(error: BaseException) -> bool:
+    """Whether ``error`` (from a Spark write or SQL statement) is Iceberg refusing a commit
+    because the table changed after the job read it (its cause chain, Java and Python)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = f"{current}\n{getattr(current, 'stackTrace', '') or ''}"
+        if any(name in text for name in _CONFLICT_EXCEPTIONS):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 _CALLBACK_SERVER_START = threading.Lock()

@@ -1,13 +1,14 @@
 """Extract job: read one window of any change source into the changelog table, exactly once.
 
 Usage (spark-submit): ``extract.py --plan <plan.json> --outcome <outcome.json> --result <result.json>
-[--source-overrides <secrets.json>]``
+[--source-overrides <secrets.json>] [--apply-config <apply.json> --apply-result <fused.json>]``
 
 Procedure (ARCHITECTURE.md, window protocol step 2), the same for every source:
 1. If the changelog already has the commit tagged with this window, write nothing: restore
    the outcome file from that commit and stop (a re-run after a crash at any later point).
 2. Read the window through the plan's source (:mod:`airflow_cdc.sources.registry`): a source
-   that reads partitions (``read_partition``) is read one Spark task per partition; when its
+   that reads partitions (``read_partition``) is read by Spark tasks, each reading its share
+   of the partitions one after the other (READ_TASKS_PER_CORE tasks per core); when its
    partitions split (``partitions_split``), children whose parents all reported are read in
    further rounds, still inside this window (lineage rules); the others take one round, and
    reporting children is refused. A source
@@ -21,11 +22,15 @@ Procedure (ARCHITECTURE.md, window protocol step 2), the same for every source:
    window in the commit's summary).
 5. Append all rows in ONE changelog commit tagged with the window and carrying the outcome
    in its snapshot summary, then write the outcome file for the commit task.
+6. With ``--apply-config``: apply the window in the same Spark application (the apply job
+   with this session, :func:`apply_in_same_application`), so the apply task starts no Spark
+   (a performance strategy: saves one Spark application per window, see ``bench/window.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections.abc import Sequence
@@ -33,13 +38,26 @@ from datetime import timedelta
 
 from airflow_cdc.faults import crash_point
 from airflow_cdc.model import CdcError, format_ts
-from airflow_cdc.pipeline.files import WindowOutcomeFile, WindowPlanFile
-from airflow_cdc.pipeline.partition_lineage import WindowLineage, check_transactions, run_rounds
-from airflow_cdc.sources.base import WindowRead, changelog_tuple, dead_letter_tuple
+from airflow_cdc.pipeline.files import WindowOutcomeFile, WindowPlanFile, with_source_overrides
+from airflow_cdc.pipeline.partition_lineage import (
+    IncompleteTransactionError,
+    WindowLineage,
+    check_transactions,
+    run_rounds,
+)
+from airflow_cdc.sources.base import WindowRead, read_tuples
 from airflow_cdc.sources.registry import build_source
 
 # Marks the extract job's dead-letter commit; apply tags its own with the window property.
 DEAD_LETTER_PROPERTY = "airflow-cdc.extract-dead-letters"
+
+# Spark tasks per core that read a round's partitions. A task per partition paid a Spark
+# task's fixed cost (tens of milliseconds of the Python worker alone, more on a busy machine)
+# for each of a thousand partitions; a few tasks per core still balance partitions of
+# unequal size.
+READ_TASKS_PER_CORE = 4
+# Rows per Spark task after the reads (and so per changelog file of a window, about).
+ROWS_PER_TASK = 250_000
 
 _SOURCES: dict[str, object] = {}
 
@@ -53,18 +71,24 @@ def window_source(plan: WindowPlanFile):
     return source
 
 
+@functools.lru_cache(maxsize=2)
+def _parsed_plan(plan_json: str) -> WindowPlanFile:
+    """The plan, parsed once per executor process: it lists every planned position, so
+    parsing it for each of a thousand partitions cost more than reading a small one."""
+    return WindowPlanFile.from_json(plan_json)
+
+
 def read_partition_task(plan_json: str, position_json: dict):
     """Runs on an executor: read one partition; rows and dead letters leave as tuples."""
     from airflow_cdc.pipeline.files import position_from_json
 
-    plan = WindowPlanFile.from_json(plan_json)
+    plan = _parsed_plan(plan_json)
     if not _SOURCES:
         _log_progress_to_stderr()
     read = window_source(plan).read_partition(plan.window, position_from_json(position_json))
     window = plan.window
-    rows = [changelog_tuple(row) for row in read.rows]
+    rows, dead = read_tuples(window.stream_id, window.window_id, read)
     crash_point("extract.reading")
-    dead = [dead_letter_tuple(window.stream_id, window.window_id, d) for d in read.dead_letters]
     return read.outcome, read.transactions, rows, dead, dict(read.counts)
 
 
@@ -94,7 +118,8 @@ def report_round(window, round_number: int, results) -> None:
 
 
 def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
-    """Step 2-3 for a source that reads partitions: rounds of Spark tasks, one per partition."""
+    """Step 2-3 for a source that reads partitions: rounds of Spark tasks, each reading its
+    share of the round's partitions (one result per partition)."""
     from pyspark import StorageLevel
 
     from airflow_cdc.pipeline.files import position_to_json
@@ -109,31 +134,48 @@ def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
 
     def read_round(batch):
         reads = sc.parallelize(
-            [position_to_json(p) for p in batch], numSlices=max(1, len(batch))
+            [position_to_json(p) for p in batch],
+            numSlices=max(1, min(len(batch), READ_TASKS_PER_CORE * sc.defaultParallelism)),
         ).map(lambda position: read_partition_task(plan_json, position))
         reads.persist(StorageLevel.MEMORY_AND_DISK)
-        results = reads.map(lambda r: (r[0], r[1], len(r[3]), r[4])).collect()
+        # Only what the lineage needs comes to the driver: outcomes and counts. Rows, dead
+        # letters and transaction tallies stay on the executors (the driver's memory must
+        # not grow with the window: tallies alone are one per record).
+        results = reads.map(lambda r: (r[0], (len(r[2]), len(r[1])), len(r[3]), r[4])).collect()
         reads_done.append(reads)
+        row_counts.extend(rows for _, (rows, _), _, _ in results)
+        tally_counts.extend(tallies for _, (_, tallies), _, _ in results)
         dead_letters.extend(dead for _, _, dead, _ in results)
         for *_, counts in results:
             for name, value in counts.items():
                 source_counts[name] = source_counts.get(name, 0) + value
-        results = [(outcome, tallies) for outcome, tallies, _, _ in results]
+        results = [(outcome, ()) for outcome, _, _, _ in results]
         report_round(plan.window, lineage.rounds, results)
         return results
 
-    outcomes, tallies = run_rounds(lineage, read_round)
+    row_counts: list[int] = []
+    tally_counts: list[int] = []
+    outcomes, _ = run_rounds(lineage, read_round)
     if not source.partitions_split and any(o.children for o in outcomes):
         split = sorted(o.partition_id for o in outcomes if o.children)
         raise CdcError(
             f"source {source.kind!r} reported children of partitions {split[:5]} but declares "
             f"partitions_split = False: set it on the source class if its partitions split"
         )
-    transactions = check_transactions(tallies)
+    transactions = (check_transactions_on_executors(sc, reads_done, plan.window, outcomes)
+                    if sum(tally_counts) else 0)
     source.check_partitions(outcomes, lineage.still_pending)
+    # One Spark partition per source partition read is right for reading, not for what
+    # follows (a task per partition in every later stage, a changelog file per partition):
+    # the rows continue in about ROWS_PER_TASK-row partitions, at least one per core.
+    tasks = max(sc.defaultParallelism, -(-sum(row_counts) // ROWS_PER_TASK))
     rows = sc.union([r.flatMap(lambda r: r[2]) for r in reads_done]) if reads_done else sc.emptyRDD()
+    if rows.getNumPartitions() > tasks:
+        rows = rows.coalesce(tasks)
     dead_count = sum(dead_letters)
     dead = sc.union([r.flatMap(lambda r: r[3]) for r in reads_done]) if dead_count else None
+    if dead is not None and dead.getNumPartitions() > sc.defaultParallelism:
+        dead = dead.coalesce(sc.defaultParallelism)
     return WindowRead(
         rows=rows,
         outcomes=outcomes,
@@ -142,7 +184,7 @@ def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
             "partitions": len(outcomes),
             "children": len({c.partition_id for o in outcomes for c in o.children}),
             "finished": sum(1 for o in outcomes if o.finished),
-            "transactions": len(transactions),
+            "transactions": transactions,
             "rounds": lineage.rounds,
             **({"dead_letters": dead_count} if dead_count else {}),
             **source_counts,
@@ -151,6 +193,45 @@ def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
         pending_children=tuple(lineage.still_pending),
         release=lambda: [r.unpersist() for r in reads_done],
     )
+
+
+def check_transactions_on_executors(sc, reads, window, outcomes) -> int:
+    """Step 3's transaction check (:func:`~airflow_cdc.pipeline.partition_lineage.
+    check_transactions`, the same rule and messages) run where the tallies are: grouped by
+    transaction over the executors, each group checked there; the driver gets one line per
+    group. Returns the number of transactions; raises IncompleteTransactionError naming the
+    first incomplete one."""
+    # The one fact about the whole window the rule needs: the earliest evidence that stopped
+    # short of the window end (the outcomes that may set it, usually none).
+    short = [o for o in outcomes if not o.finished and o.watermark < window.end]
+    # A round's reads are a Spark partition per source partition: coalesced, the grouping
+    # costs a task per core instead of one per source partition.
+    tallies = sc.union([r.flatMap(lambda r: r[1]) for r in reads])
+    tallies = tallies.coalesce(max(1, sc.defaultParallelism))
+    found = (
+        tallies.map(lambda tally: (tally.transaction_id, tally))
+        .groupByKey(numPartitions=max(1, sc.defaultParallelism))
+        .mapPartitions(lambda groups: [_check_transaction_group(groups, window, short)])
+        .collect()
+    )
+    problems = sorted((txn, message) for _, txn, message in found if txn is not None)
+    if problems:
+        raise IncompleteTransactionError(problems[0][1])
+    return sum(count for count, _, _ in found)
+
+
+def _check_transaction_group(groups, window, short) -> tuple[int, str | None, str | None]:
+    """On an executor: (transactions, the first incomplete one by id or None, its message)."""
+    count, first = 0, None
+    for transaction_id, tallies in groups:
+        count += 1
+        if first is not None and transaction_id > first[0]:
+            continue  # only the first is reported
+        try:
+            check_transactions(tallies, window, short)
+        except IncompleteTransactionError as error:
+            first = (transaction_id, str(error))
+    return (count, *first) if first is not None else (count, None, None)
 
 
 def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
@@ -224,17 +305,27 @@ def append_dead_letters(spark, plan: WindowPlanFile, dead) -> None:
     frame.writeTo(dead_table).option(f"snapshot-property.{DEAD_LETTER_PROPERTY}", window_id).append()
 
 
-def with_source_overrides(plan: WindowPlanFile, overrides: dict) -> WindowPlanFile:
-    """The plan with ``overrides`` merged into its source spec (one level deep)."""
-    from dataclasses import replace
+def apply_in_same_application(spark, config_path: str, result_path: str, changelog_snapshot_id) -> None:
+    """Step 6: apply the window with this job's session (``apply_job``, the apply task's own
+    job, unchanged) and record how it went in ``result_path`` for the apply task, with the
+    changelog commit it applied. A failed apply does not fail the extract, which is
+    committed: the apply task then runs the apply job itself and reports why."""
+    from spark_jobs import apply_job
+    from spark_jobs.changelog import read_text, write_text
 
-    source = dict(plan.source)
-    for key, value in overrides.items():
-        if isinstance(value, dict) and isinstance(source.get(key), dict):
-            source[key] = {**source[key], **value}
+    fused: dict = {"changelog_snapshot_id": changelog_snapshot_id}
+    applied_path = f"{result_path}.apply"
+    try:
+        code = apply_job.main(["--job-config", config_path, "--result", applied_path], spark=spark)
+        if code == 0:
+            fused["apply"] = json.loads(read_text(spark, applied_path))
         else:
-            source[key] = value
-    return replace(plan, source=source)
+            fused["error"] = f"the apply job ended with exit code {code} (its log says why)"
+    except Exception as error:  # noqa: BLE001 - reported; the apply task runs the job again
+        fused["error"] = f"{type(error).__name__}: {error}"[:2000]
+        print(f"airflow-cdc extract: the window's apply failed: {fused['error']}", file=sys.stderr,
+              flush=True)
+    write_text(spark, result_path, json.dumps(fused, sort_keys=True))
 
 
 def forget_secret_file(spark, path: str) -> None:
@@ -261,7 +352,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--source-overrides",
         help="JSON file merged into the plan's source spec (short-lived credentials)",
     )
-    return parser.parse_args(argv)
+    parser.add_argument("--apply-config", help="apply the window too, with this apply job config")
+    parser.add_argument("--apply-result", help="where to record the apply (with --apply-config)")
+    args = parser.parse_args(argv)
+    if bool(args.apply_config) != bool(args.apply_result):
+        parser.error("--apply-config and --apply-result go together")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -282,10 +378,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             plan = with_source_overrides(plan, overrides)
         result = extract_window(spark, plan, args.outcome)
         write_text(spark, args.result, json.dumps(result, sort_keys=True))
+        if args.apply_config:
+            apply_in_same_application(spark, args.apply_config, args.apply_result,
+                                      result.get("snapshot_id"))
     finally:
         spark.stop()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # spark-submit runs this file as __main__, whose functions cloudpickle ships by value: each
+    # task would unpickle its own copy of _SOURCES, and so open a new client (channel, session)
+    # per partition. Run as the module spark_jobs.extract: executors import it once per worker.
+    from spark_jobs import extract as _extract_module
+
+    sys.exit(_extract_module.main())

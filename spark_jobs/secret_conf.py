@@ -36,7 +36,21 @@ def load_secret_conf(spark) -> list[str]:
     values = json.loads(_read(spark, path))
     for key, value in values.items():
         spark.conf.set(str(key), str(value))
+    _load_catalogs_and_forget(spark, values)
     return sorted(values)
+
+
+def _load_catalogs_and_forget(spark, values: dict) -> None:
+    """Load every catalog the secrets configure, then take the secrets out of the session
+    conf: Spark copies the session's SQL conf into every job's properties, which the event log
+    and the UI show unredacted. A loaded catalog keeps its own copy (CatalogManager caches it)."""
+    prefix = "spark.sql.catalog."
+    names = {key[len(prefix):].split(".", 1)[0] for key in values if key.startswith(prefix)}
+    manager = spark._jsparkSession.sessionState().catalogManager()
+    for name in sorted(names):
+        manager.catalog(name)
+    for key in values:
+        spark.conf.unset(str(key))
 
 
 def _read(spark, path: str) -> str:

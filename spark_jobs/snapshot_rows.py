@@ -51,11 +51,13 @@ _TEXTS = {
 }
 
 
-def canonical_and_text(column: str, spark_type: str, declared: str | None = None) -> tuple[str, str]:
+def canonical_and_text(column: str, spark_type: str, declared: str | None = None,
+                       ref: str | None = None) -> tuple[str, str]:
     """(canonical type, SQL text of the column's changelog text) for ``column`` of Spark type
     ``spark_type`` (``DataType.simpleString``); ``declared`` overrides the canonical type of a
-    column read as text (PG_NUMERIC)."""
-    ref = f"`{column.replace('`', '``')}`"
+    column read as text (PG_NUMERIC); ``ref`` is the SQL text naming the column (default:
+    ``column`` quoted)."""
+    ref = ref or f"`{column.replace('`', '``')}`"
     if declared is not None:
         return declared, f"CAST({ref} AS STRING)"
     if spark_type.startswith("decimal("):
@@ -78,16 +80,25 @@ def read_rows(frame, *, stream: str, source_table: str, key_columns: Sequence[st
     changes at ``ordering_key``; ``window_id`` stays empty until a window takes them."""
     from pyspark.sql import functions as F
 
+    from spark_jobs.apply.sql import string
+
     declared = dict(declared or {})
     types = {f.name: f.dataType.simpleString() for f in frame.schema.fields}
+    # The database's column names never enter SQL text as names: Spark substitutes ${...} in
+    # SQL text before parsing, quoted names included. The columns are renamed by position
+    # (no parsing), and their names appear only as escaped literals (the map keys).
+    refs = {name: f"__c{index}" for index, name in enumerate(types)}
+    frame = frame.toDF(*refs.values())
     missing = [k for k in key_columns if k not in types]
     if missing:
         raise UnsupportedSnapshotColumnError(f"key columns {missing} are not among the columns read {sorted(types)}")
     texts, canonical = {}, {}
     for column in sorted(types):
-        canonical[column], texts[column] = canonical_and_text(column, types[column], declared.get(column))
-    key_map = ", ".join(f"'{k}', {texts[k]}" for k in sorted(key_columns))
-    value_map = ", ".join(f"'{c}', {texts[c]}" for c in sorted(types))
+        canonical[column], texts[column] = canonical_and_text(
+            column, types[column], declared.get(column), refs[column])
+    # Column names are the database's: quoted as literals, whatever they hold.
+    key_map = ", ".join(f"{string(k)}, {texts[k]}" for k in sorted(key_columns))
+    value_map = ", ".join(f"{string(c)}, {texts[c]}" for c in sorted(types))
     column_types_json = json.dumps(canonical, sort_keys=True, separators=(",", ":"))
     keys = F.expr(f"map({key_map})")
     return frame.select(

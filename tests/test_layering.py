@@ -36,10 +36,15 @@ the rest follows). Layer by layer, with the layers directly below it::
                              for a Dataproc job)
     assets                   spark: Airflow Assets and OpenLineage datasets
     operators.task_context   model: the run's window, summary and deferral default
-    sensors                  triggers, operators.task_context: the gate
+    metrics                  model: what a step reports when it succeeded (its timing in
+                             the state store, the window's metrics through Airflow's Stats)
+    sensors                  triggers, operators.task_context, metrics: the gate
     operators                sensors, assets, spark: the protocol's tasks and TaskGroups
-    cli                      hooks, spark, capture: the command line (doctor reads the Spark
-                             install; ``capture debezium`` runs the capture)
+    charts                   model: a stream's windows drawn by matplotlib (lag-chart, view)
+    cli                      hooks, spark, capture, charts: the command line (doctor reads
+                             the Spark install; ``capture debezium`` runs the capture)
+    plugins                  hooks, charts: the CDC view in the Airflow UI (the api-server's
+                             plugin: page, read-only API, charts)
     spark_jobs               pipeline, spark: Spark entry points (never the Airflow side)
     demo                     operators, emulators, cli: the demos
 
@@ -75,6 +80,9 @@ RULES = {
     "airflow_cdc.operators": ("pyspark",),
     "airflow_cdc.sensors": ("pyspark",),
     "airflow_cdc.triggers": ("pyspark",),
+    "airflow_cdc.metrics": ("pyspark",),
+    "airflow_cdc.plugins": ("pyspark",),
+    "airflow_cdc.charts": ("airflow", "pyspark"),
     "spark_jobs": ("airflow",),
     "airflow_cdc.capture": ("airflow", "pyspark", "jpype", "_jpype", "pydbzengine"),
 }
@@ -170,9 +178,12 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "triggers": (("airflow_cdc.triggers",), ("hooks", "spark")),
     "assets": (("airflow_cdc.assets",), ("spark",)),
     "task_context": (("airflow_cdc.operators.task_context",), ("model",)),
-    "sensors": (("airflow_cdc.sensors",), ("triggers", "task_context")),
+    "metrics": (("airflow_cdc.metrics",), ("model",)),
+    "sensors": (("airflow_cdc.sensors",), ("triggers", "task_context", "metrics")),
     "operators": (("airflow_cdc.operators",), ("sensors", "assets", "spark")),
-    "cli": (("airflow_cdc.cli",), ("hooks", "spark", "capture")),
+    "charts": (("airflow_cdc.charts",), ("model",)),
+    "cli": (("airflow_cdc.cli",), ("hooks", "spark", "capture", "charts")),
+    "plugins": (("airflow_cdc.plugins",), ("hooks", "charts")),
     "spark_jobs": (("spark_jobs",), ("pipeline", "spark")),
     "demo": (("airflow_cdc.demo",), ("operators", "emulators", "cli")),
 }

@@ -34,7 +34,7 @@ class AirflowServices:
         self.base = base
         self.logs = base / "logs-of-services"
         self.logs.mkdir(parents=True, exist_ok=True)
-        api_port = free_port()
+        api_port = self.api_port = free_port()
         self.db = base / "home" / "airflow.db"
         # Its own configuration only: none of the caller's Airflow settings or connections.
         inherited = {
@@ -70,9 +70,9 @@ class AirflowServices:
             raise RuntimeError(f"airflow {' '.join(args)} failed:\n{proc.stderr[-3000:]}")
         return proc.stdout
 
-    def start(self) -> None:
+    def start(self, services: tuple[str, ...] = SERVICES) -> None:
         self.airflow("db", "migrate")
-        for service in SERVICES:
+        for service in services:
             log = open(self.logs / f"{service}.log", "w")  # noqa: SIM115 - lives with the process
             self.processes.append(
                 subprocess.Popen(

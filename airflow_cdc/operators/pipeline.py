@@ -26,11 +26,13 @@ from airflow_cdc.hooks.state import DEFAULT_CONN_ID
 from airflow_cdc.operators.spanner import spanner_stream_config
 from airflow_cdc.operators.window import (
     DEFAULT_LEASE_SECONDS,
+    ApplySettings,
     CdcApplyOperator,
     CdcCommitWindowOperator,
     CdcExtractOperator,
     CdcPlanOperator,
 )
+from airflow_cdc.pipeline.empty_window import DEFAULT_PROBE_LIMIT
 from airflow_cdc.pipeline.protocol import StreamConfig
 from airflow_cdc.sensors.gate import CdcWindowCompleteSensor
 from airflow_cdc.spark.iceberg import IcebergCatalog
@@ -80,6 +82,11 @@ class PipelineOptions:
     deferrable: bool | None = None
     source_tables: Sequence[str] | None = None
     dag: Any = None
+    # The window's apply runs in the extract's Spark application (the apply task records it).
+    fuse_apply: bool = True
+    # Probe a window for emptiness in the worker when the previous one had at most this many
+    # changes (-1: never); see airflow_cdc.pipeline.empty_window.
+    empty_window_probe_limit: int = DEFAULT_PROBE_LIMIT
 
     @classmethod
     def named(cls, factory: str, options: Mapping[str, Any]) -> PipelineOptions:
@@ -128,13 +135,25 @@ def protocol_group(
             wait_timeout=options.gate_timeout,
             **common,
         )
-        extract = CdcExtractOperator(task_id="extract", source_conn=source_conn, **common, **spark)
-        commit = CdcCommitWindowOperator(task_id="commit", **common)
-        apply = CdcApplyOperator(
-            task_id="apply",
+        settings = ApplySettings(
             targets=options.targets,
             on_dead_letter=options.on_dead_letter,
             tombstone_horizon_seconds=options.tombstone_horizon_seconds,
+        )
+        extract = CdcExtractOperator(
+            task_id="extract",
+            source_conn=source_conn,
+            fused_apply=settings if options.fuse_apply else None,
+            empty_window_probe_limit=options.empty_window_probe_limit,
+            **common,
+            **spark,
+        )
+        commit = CdcCommitWindowOperator(task_id="commit", **common)
+        apply = CdcApplyOperator(
+            task_id="apply",
+            targets=settings.targets,
+            on_dead_letter=settings.on_dead_letter,
+            tombstone_horizon_seconds=settings.tombstone_horizon_seconds,
             **common,
             **spark,
         )

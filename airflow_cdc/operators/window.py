@@ -18,6 +18,7 @@ import os
 import threading
 from collections.abc import Callable, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from airflow.providers.common.compat.sdk import (
 
 from airflow_cdc.faults import crash_point
 from airflow_cdc.hooks.state import DEFAULT_CONN_ID, CdcStateHook
+from airflow_cdc.metrics import report_step
 from airflow_cdc.model import Window, WindowState, format_ts
 from airflow_cdc.operators.task_context import (
     default_deferrable,
@@ -39,7 +41,12 @@ from airflow_cdc.operators.task_context import (
     window_from_context,
     window_summary,
 )
-from airflow_cdc.pipeline.protocol import StreamConfig, commit_window, committed_window
+from airflow_cdc.pipeline.protocol import (
+    StreamConfig,
+    commit_window,
+    committed_window,
+    require_earlier_windows_applied,
+)
 from airflow_cdc.spark.iceberg import IcebergCatalog
 
 # A window's lease: long enough for scheduling gaps between its tasks, short enough that a
@@ -257,6 +264,7 @@ class CdcPlanOperator(CdcWindowOperator):
                 **source.plan_options(kept, now, hook, positions, window=window),
             },
         ))
+        report_step(context, store, window, "plan")
         return {
             "window_id": window.window_id,
             "attempt": plan.attempt,
@@ -325,6 +333,65 @@ class CdcPlanOperator(CdcWindowOperator):
             f"{self.wait_timeout:.0f}s: {reason}. The window stays unplanned (nothing is "
             f"skipped); clear the plan task to wait again, or fix the source"
         )
+
+
+# The fused job's record of its apply (spark_jobs/extract.py --apply-result), in the window folder.
+FUSED_APPLY_RESULT = "fused-apply-result.json"
+
+
+@dataclass(frozen=True)
+class ApplySettings:
+    """What the apply job is told besides the window: ``targets`` (namespace, mapping,
+    history), ``on_dead_letter`` and ``tombstone_horizon_seconds`` (see
+    :class:`CdcApplyOperator`). The apply task and a fused extract (``fused_apply``) build
+    the same job config from it."""
+
+    targets: Mapping[str, Any] | None = None
+    on_dead_letter: str = "fail"
+    tombstone_horizon_seconds: int = 7 * 24 * 3600
+
+    def job_config(self, config: StreamConfig, catalog_name: str, window: Window) -> dict:
+        """The apply job's ``--job-config`` object for ``window`` (``spark_jobs/apply/config.py``)."""
+        from airflow_cdc.sources.registry import class_of_spec
+
+        targets = {"namespace": "current", **dict(self.targets or {})}
+        targets.setdefault("dead_letter_table", config.dead_letter_table)
+        # A source with its own apply (Bigtable's cells) is named for the apply job.
+        source_applies = class_of_spec(config.source_spec).apply_window is not None
+        return {
+            "catalog": catalog_name,
+            "stream": config.stream_id,
+            "window_id": window.window_id,
+            "window_end": format_ts(window.end),
+            "changelog_table": config.changelog_table,
+            "targets": targets,
+            **({"source": config.source_spec} if source_applies else {}),
+            "policies": {
+                "on_dead_letter": self.on_dead_letter,
+                "tombstone_horizon_seconds": int(self.tombstone_horizon_seconds),
+            },
+        }
+
+
+def fused_apply_result(folder, changelog_snapshot_id: int, log=None) -> dict | None:
+    """The apply result a fused extract job left for the window (``folder``), when it applied
+    the window's changelog commit ``changelog_snapshot_id``; None otherwise (no fused apply,
+    or it did not apply: dead letters under ``fail``, an error), and the apply task runs the
+    apply job itself, which reports why."""
+    path = folder / FUSED_APPLY_RESULT
+    if not path.exists():
+        return None
+    fused = json.loads(path.read_text())
+    applied = fused.get("apply") or {}
+    if fused.get("changelog_snapshot_id") != changelog_snapshot_id or applied.get("status") != "applied":
+        if log is not None:
+            log.info("the extract job did not apply the window (%s): running the apply job",
+                     fused.get("error") or applied.get("status") or "another changelog commit")
+        return None
+    if log is not None:
+        log.info("the extract job applied the window in the same Spark application: "
+                 "recording it, no Spark job")
+    return applied
 
 
 class CdcSparkOperator(CdcWindowOperator):
@@ -463,11 +530,92 @@ class CdcExtractOperator(CdcSparkOperator):
     extract_overrides`, through its hook) reach the job in a 0600 file removed afterwards. A
     source that is not part of airflow-cdc travels with the job: its top-level package is
     zipped into the job's ``--py-files``.
+
+    Two strategies spare Spark applications (measured by ``bench/window.py``):
+
+    * ``fused_apply`` (the apply task's :class:`ApplySettings`): the same Spark application
+      then applies the window (:func:`fused_apply_config`), and the apply task only records
+      it. Saves one Spark application per window (a JVM, a SparkSession, the catalog).
+    * ``empty_window_probe_limit``: a window of a source that can prove it empty
+      (:mod:`airflow_cdc.pipeline.empty_window`) is read here first when the previous
+      window recorded at most this many changes (-1: never); an empty one starts no Spark.
     """
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        fused_apply: ApplySettings | None = None,
+        empty_window_probe_limit: int = -1,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
+        self.fused_apply = fused_apply
+        self.empty_window_probe_limit = int(empty_window_probe_limit)
         self._resolved: dict = {}
+
+    def _extracted_empty(self, store, window: Window, folder) -> bool:
+        """Whether the window is EXTRACTED by the empty-window rule already (its outcome file
+        written): a re-run must not read again (a second read could differ)."""
+        record = store.get_window(window.stream_id, window.start)
+        return (record is not None and record.state is WindowState.EXTRACTED
+                and record.changelog_snapshot_id is None
+                and (folder / "outcome.json").exists())
+
+    def _extract_if_empty(self, context, store, window: Window, owner: str, folder) -> dict | None:
+        """The empty-window rule (:mod:`airflow_cdc.pipeline.empty_window`): when it applies
+        and reading the window here finds no change, the window is extracted with no Spark
+        job and its summary returned; otherwise None (the Spark job reads it)."""
+        from airflow_cdc.pipeline.empty_window import (
+            probe_empty_window,
+            spark_extract_started,
+            worth_probing,
+        )
+        from airflow_cdc.pipeline.files import WindowPlanFile, with_source_overrides, write_private
+        from airflow_cdc.sources.registry import build_source
+
+        config = self.stream_config
+        if (not self.change_source().proves_empty_windows or spark_extract_started(folder)
+                or not worth_probing(store, window, self.empty_window_probe_limit)):
+            return None
+        plan = WindowPlanFile.from_json(config.plan_path(window).read_text())
+        overrides = self.source_overrides(context)
+        if overrides:
+            plan = with_source_overrides(plan, overrides)
+        with kept_lease(store, window, owner, self.lease_seconds, log=self.log):
+            outcome = probe_empty_window(build_source(plan.source, plan.options), plan)
+        if outcome is None:
+            self.log.info("window %s has changes: the Spark job reads it", window.window_id)
+            return None
+        self.log.info("window %s is empty (every partition read, no change): no Spark job",
+                      window.window_id)
+        write_private(config.outcome_path(window), outcome.to_json())
+        store.mark_extracted(window, owner, None)
+        report_step(context, store, window, "extract")
+        summary = {"window_id": window.window_id, "changelog_snapshot_id": None,
+                   "skipped": False, "empty": True, **outcome.counts}
+        mirror_task_progress(context, "extract", summary)
+        return summary
+
+    def _fused_apply_args(self, store, window: Window, folder) -> list[str]:
+        """The job's arguments to apply the window too (empty when it must not): only with
+        ``fused_apply``, and only when every earlier window of the stream is applied
+        (windows apply in order; otherwise the apply task runs its own job, in order)."""
+        from airflow_cdc.pipeline.files import write_private
+
+        if self.fused_apply is None:
+            return []
+        pending = [w for w in store.list_windows(window.stream_id, states=[WindowState.COMMITTED])
+                   if w.start < window.start]
+        if pending:
+            self.log.info("window %s: an earlier window is not applied yet, so the apply task "
+                          "applies this one", window.window_id)
+            return []
+        config_path = folder / "apply.json"
+        write_private(config_path, json.dumps(
+            self.fused_apply.job_config(self.stream_config, self.iceberg_catalog.name, window),
+            indent=1))
+        return ["--apply-config", str(config_path),
+                "--apply-result", str(folder / FUSED_APPLY_RESULT)]
 
     def source_overrides(self, context) -> dict:
         source = self.change_source()
@@ -546,13 +694,23 @@ class CdcExtractOperator(CdcSparkOperator):
             self.log.info("window %s is already %s: nothing to extract", window.window_id,
                           record.state.value)
             return {**window_summary(record), "skipped": True}
-        store.renew_lease(window, owner, self.lease_seconds)
         folder = config.window_dir(window)
+        if self._extracted_empty(store, window, folder):
+            self.log.info("window %s was proven empty before: nothing to extract", window.window_id)
+            return {"window_id": window.window_id, "changelog_snapshot_id": None, "skipped": True}
+        store.renew_lease(window, owner, self.lease_seconds)
+        empty = self._extract_if_empty(context, store, window, owner, folder)
+        if empty is not None:
+            return empty
+        from airflow_cdc.pipeline.empty_window import mark_spark_extract
+
+        mark_spark_extract(folder)  # from now on only the changelog's window tag decides (I1)
         result_path = folder / "extract-result.json"
         args = [
             "--plan", str(config.plan_path(window)),
             "--outcome", str(config.outcome_path(window)),
             "--result", str(result_path),
+            *self._fused_apply_args(store, window, folder),
         ]
         with self._overrides_file(context, folder) as overrides_path:
             if overrides_path is not None:
@@ -573,6 +731,7 @@ class CdcExtractOperator(CdcSparkOperator):
                 f"snapshot (expired?): the outcome cannot be proven; reset the stream"
             )
         store.mark_extracted(window, owner, int(result["snapshot_id"]))
+        report_step(context, store, window, "extract")
         summary = {
             "window_id": window.window_id,
             "changelog_snapshot_id": int(result["snapshot_id"]),
@@ -597,6 +756,7 @@ class CdcCommitWindowOperator(CdcWindowOperator):
             store, self.stream_config, window, run_owner(context), self.lease_seconds
         )
         log_partition_progress(self.log, store, window)
+        report_step(context, store, window, "commit", record)
         source = self.change_source()
         counts = dict(record.counts or {})
         for warning in source.commit_warnings(counts):
@@ -627,6 +787,8 @@ class CdcApplyOperator(CdcSparkOperator):
     ``mapping`` from source table to target name, ``history`` (SCD type 2, off by default).
     ``on_dead_letter`` is ``fail`` (the default: the window fails and names the bad rows) or
     ``continue``; ``tombstone_horizon_seconds`` bounds how long deletes are remembered (I3).
+    Windows apply in order: the job runs only once every earlier window of the stream is
+    applied (:func:`~airflow_cdc.pipeline.protocol.require_earlier_windows_applied`).
     """
 
     def __init__(
@@ -643,35 +805,14 @@ class CdcApplyOperator(CdcSparkOperator):
         self.tombstone_horizon_seconds = int(tombstone_horizon_seconds)
         self._applied_tables: list[str] = []
 
+    @property
+    def settings(self) -> ApplySettings:
+        return ApplySettings(self.targets, self.on_dead_letter, self.tombstone_horizon_seconds)
+
     def apply_config(self, window: Window) -> dict:
-        config = self.stream_config
-        targets = {"namespace": "current", **self.targets}
-        targets.setdefault("dead_letter_table", config.dead_letter_table)
-        return {
-            "catalog": self.iceberg_catalog.name,
-            "stream": config.stream_id,
-            "window_id": window.window_id,
-            "window_end": format_ts(window.end),
-            "changelog_table": config.changelog_table,
-            "targets": targets,
-            # A source with its own apply (Bigtable's cells) is named for the apply job.
-            **({"source": config.source_spec} if self._source_applies() else {}),
-            "policies": {
-                "on_dead_letter": self.on_dead_letter,
-                "tombstone_horizon_seconds": self.tombstone_horizon_seconds,
-            },
-        }
-
-    def _source_applies(self) -> bool:
-        from airflow_cdc.sources.registry import class_of_spec
-
-        return class_of_spec(self.stream_config.source_spec).apply_window is not None
+        return self.settings.job_config(self.stream_config, self.iceberg_catalog.name, window)
 
     def execute(self, context) -> dict:
-        from airflow_cdc.pipeline.files import write_private
-        from airflow_cdc.spark.job import iceberg_job_spec
-        from airflow_cdc.spark.job import SparkJobError
-
         config = self.stream_config
         window = self.window(context)
         owner = run_owner(context)
@@ -686,8 +827,44 @@ class CdcApplyOperator(CdcSparkOperator):
         if record.state is WindowState.COMPLETE:
             self.log.info("window %s is already COMPLETE: nothing to apply", window.window_id)
             return {**window_summary(record), "skipped": True}
+        if record.state is WindowState.COMMITTED:
+            require_earlier_windows_applied(store, window)
         store.renew_lease(window, owner, self.lease_seconds)
         folder = config.window_dir(window)
+        if record.changelog_snapshot_id is None:
+            # The empty-window rule (pipeline/empty_window.py): no changelog commit, nothing to fold.
+            self.log.info("window %s is empty: nothing to apply, no Spark job", window.window_id)
+            result = {"tables": [], "dead_letter_rows": 0}
+        else:
+            result = (fused_apply_result(folder, record.changelog_snapshot_id, self.log)
+                      or self._run_apply_job(context, store, window, owner, folder))
+        crash_point("apply.before_state_update")
+        snapshot_ids = {
+            table["target_table"]: int(table["target_snapshot_id"])
+            for table in result.get("tables", [])
+            if table.get("target_table") and table.get("target_snapshot_id") is not None
+        }
+        record = store.mark_applied(window, owner, snapshot_ids)
+        report_step(context, store, window, "apply", record,
+                    {"dead_letter_rows": result.get("dead_letter_rows", 0)})
+        self._applied_tables = sorted(snapshot_ids)
+        summary = {
+            **window_summary(record),
+            "dead_letter_rows": result.get("dead_letter_rows", 0),
+            "tables": {
+                t["source_table"]: {k: t[k] for k in ("changes", "upserts", "deletes")}
+                for t in result.get("tables", [])
+                if t.get("source_table")
+            },
+        }
+        mirror_task_progress(context, "apply", summary)
+        return summary
+
+    def _run_apply_job(self, context, store, window: Window, owner: str, folder) -> dict:
+        """The apply Spark job (``spark_jobs/apply_job.py``); its result."""
+        from airflow_cdc.pipeline.files import write_private
+        from airflow_cdc.spark.job import SparkJobError, iceberg_job_spec
+
         config_path, result_path = folder / "apply.json", folder / "apply-result.json"
         write_private(config_path, json.dumps(self.apply_config(window), indent=1))
         spec = iceberg_job_spec(
@@ -708,26 +885,7 @@ class CdcApplyOperator(CdcSparkOperator):
                     f"table {result.get('dead_letter_table')} under on_dead_letter='fail'\n{error}"
                 )
             raise  # a lost driver, a failed commit: the task's retries run the job again (I1)
-        result = json.loads(result_path.read_text())
-        crash_point("apply.before_state_update")
-        snapshot_ids = {
-            table["target_table"]: int(table["target_snapshot_id"])
-            for table in result.get("tables", [])
-            if table.get("target_table") and table.get("target_snapshot_id") is not None
-        }
-        record = store.mark_applied(window, owner, snapshot_ids)
-        self._applied_tables = sorted(snapshot_ids)
-        summary = {
-            **window_summary(record),
-            "dead_letter_rows": result.get("dead_letter_rows", 0),
-            "tables": {
-                t["source_table"]: {k: t[k] for k in ("changes", "upserts", "deletes")}
-                for t in result.get("tables", [])
-                if t.get("source_table")
-            },
-        }
-        mirror_task_progress(context, "apply", summary)
-        return summary
+        return json.loads(result_path.read_text())
 
     def get_openlineage_facets_on_complete(self, task_instance):
         """Lineage: the changelog in, the target tables apply committed out.

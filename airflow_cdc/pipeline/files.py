@@ -184,6 +184,20 @@ class WindowOutcomeFile:
         )
 
 
+def with_source_overrides(plan: WindowPlanFile, overrides: dict) -> WindowPlanFile:
+    """The plan with ``overrides`` (short-lived secrets, never in a plan file) merged into its
+    source spec, one level deep: what the window's source is read with."""
+    from dataclasses import replace
+
+    source = dict(plan.source)
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(source.get(key), dict):
+            source[key] = {**source[key], **value}
+        else:
+            source[key] = value
+    return replace(plan, source=source)
+
+
 def write_private(path, text: str) -> None:
     """Write ``text`` whole, readable by the owner only (plan files may carry a token): a
     local file atomically with mode 0600; under a URI work root, one object upload."""

@@ -242,6 +242,32 @@ def commit_window(
     return store.commit_window(window, owner, list(outcome.outcomes), extra)
 
 
+def require_earlier_windows_applied(store, window: Window) -> None:
+    """Windows of a stream apply in order: W's apply job may run only once every earlier window
+    is applied (APPLIED or COMPLETE); otherwise :class:`WindowNotReadyError` names the first.
+
+    W may commit as soon as W-1 has committed, so a W-1 whose apply failed can be re-run
+    (cleared) while W runs. Applied after W, it would lose data: the ordering-key guard makes
+    W-1's older change to a key lose against W's, so a partial image (only the columns it
+    changed) of W-1 touching other columns than W's is dropped whole, and a history (SCD 2)
+    chain would be closed out of order. Earlier windows are all committed once W is (commits
+    are in order), so those not applied yet are the COMMITTED ones.
+    """
+    pending = [
+        w for w in store.list_windows(window.stream_id, states=[WindowState.COMMITTED])
+        if w.start < window.start
+    ]
+    if pending:
+        first = pending[0]
+        raise WindowNotReadyError(
+            f"window {window.window_id} of {window.stream_id} cannot apply yet: the earlier "
+            f"window {first.window.window_id} is COMMITTED, not applied; windows of a stream "
+            f"apply in order (an older window applied after a newer one would lose its partial "
+            f"updates), so run the apply of {first.window.window_id} first (clear its apply "
+            f"task), then this one"
+        )
+
+
 def planning_readiness(store, window: Window) -> Readiness | None:
     """What the protocol itself says about planning ``window`` now, before its source is asked;
     None when only the source can tell.
@@ -303,11 +329,9 @@ def gate_status(store, window: Window, covers: Callable | None = None) -> GateSt
             record.low_watermark,
         )
     read = {wp.partition_id: wp for wp in store.window_partitions(window)}
-    current = {
-        p.partition_id: p
-        for p in store.list_partitions(window.stream_id)
-        if p.partition_id in read
-    }
+    # Only the partitions the window read and did not finish: the stream may keep thousands more.
+    unfinished = [partition_id for partition_id, wp in read.items() if not wp.finished]
+    current = {p.partition_id: p for p in store.partitions_by_id(window.stream_id, unfinished)}
     lagging = []
     for partition_id, wp in sorted(read.items()):
         if wp.finished:

@@ -35,6 +35,7 @@ from airflow.providers.common.compat.sdk import (
 
 from airflow_cdc.faults import crash_point
 from airflow_cdc.hooks.state import DEFAULT_CONN_ID, CdcStateHook
+from airflow_cdc.metrics import report_step
 from airflow_cdc.operators.task_context import (
     default_deferrable,
     mirror_task_progress,
@@ -203,6 +204,7 @@ class CdcWindowCompleteSensor(BaseSensorOperator):
     def _complete(self, context, store, window, reason: str, polls: int | None = None) -> dict:
         note, fields = self.completeness(store, window, reason)
         record = store.mark_complete(window, completeness_note=note)
+        report_step(context, store, window, "gate", record)
         counts = record.counts or {}
         own = {k: counts.get(k) for k in self._source_class().summary_counts}
         summary = {**window_summary(record), **own, **fields}

@@ -41,6 +41,7 @@ named by :attr:`ChangeSource.airflow_hook`, which the Airflow side builds and ha
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -64,11 +65,14 @@ class TransactionTally:
     ``expected_records`` is what the source says the whole transaction holds across all
     partitions; ``record_ids`` are the records this read returned. Summed over all partitions
     of a window, the ids must reach the expected count, or the window is incomplete.
+    ``commit_ts`` (when the source knows it) lets a window whose partition's evidence stopped
+    short leave that partition's part of a later transaction to the next window.
     """
 
     transaction_id: str
     expected_records: int
     record_ids: frozenset[str]
+    commit_ts: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -135,12 +139,62 @@ def dead_letter_tuple(stream: str, window_id: str, dead: DeadLetter) -> tuple:
     record.update(
         stream=stream,
         window_id=window_id,
-        partition_id=dead.partition_id,
-        source_table=dead.source_table,
-        event_id=dead.event_id,
-        source_metadata_json=json.dumps({"partition": dead.partition_id, "raw": dead.raw[:100_000]}),
+        partition_id=_text(dead.partition_id),
+        source_table=_text(dead.source_table),
+        event_id=_text(dead.event_id),
+        source_metadata_json=json.dumps(
+            {"partition": _text(dead.partition_id), "raw": (_text(dead.raw) or "")[:100_000]}),
     )
     return tuple(record[name] for name in _CHANGELOG_NAMES) + (f"extract: {dead.reason}",)
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def lone_surrogate_in(line: str, parsed: object) -> bool:
+    """Whether the JSON ``line`` (``parsed`` is what it parsed into) holds a lone surrogate:
+    a ``\\udXXX`` escape without its pair, which JSON allows but no UTF-8 text can hold
+    (Spark would store U+FFFD in its place). Cheap for every line: only a line with such an
+    escape is checked further."""
+    if not _SURROGATE_ESCAPE.search(line):
+        return False
+    import json
+
+    try:
+        json.dumps(parsed, ensure_ascii=False, default=str).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return False
+
+
+def _text(value) -> str | None:
+    # A dead letter's names come from the record that failed: whatever they hold, text.
+    return value if value is None or isinstance(value, str) else repr(value)[:1000]
+
+
+def read_tuples(stream: str, window_id: str, read: PartitionRead) -> tuple[list[tuple], list[tuple]]:
+    """A partition read as it leaves its Spark task: changelog tuples of its rows, dead-letter
+    tuples of its dead letters. A row that cannot be written as a changelog row (a value of no
+    JSON type, a number beyond what its text may hold) becomes a dead letter naming its event
+    and the fault, so one bad row never fails the window."""
+    rows, dead = [], [dead_letter_tuple(stream, window_id, d) for d in read.dead_letters]
+    for row in read.rows:
+        try:
+            rows.append(changelog_tuple(row))
+        except Exception as error:  # noqa: BLE001 - kept, with the reason, in the dead letters
+            try:
+                raw = repr(row)[:100_000]
+            except Exception:  # noqa: BLE001
+                raw = f"<change row of event {row.event_id!r}>"
+            dead.append(dead_letter_tuple(stream, window_id, DeadLetter(
+                row.partition_id or "", raw,
+                f"change row of event {row.event_id!r} (table {row.source_table!r}) cannot be "
+                f"written to the changelog ({type(error).__name__}: {error})",
+                source_table=row.source_table if isinstance(row.source_table, str) else None,
+                event_id=row.event_id if isinstance(row.event_id, str) else None)))
+    return rows, dead
 
 
 def drop_seen_event_ids(spark, table: str, stream: str, frame):
@@ -193,6 +247,11 @@ class ChangeSource:
     #: ``module:Class`` of the Airflow-side object the plan and extract steps hand to the
     #: source's hooks (built with the pipeline's ``source_conn`` arguments), or None.
     airflow_hook: ClassVar[str | None] = None
+    #: True when the extract task may read the window's partitions in the Airflow worker to
+    #: prove the window empty and skip Spark (:mod:`airflow_cdc.pipeline.empty_window`):
+    #: ``read_partition`` needs no Spark, reading is free of side effects, and a window with
+    #: no change rows needs nothing of ``native_rows``, ``drop_repeats`` or ``check_window``.
+    proves_empty_windows: ClassVar[bool] = False
     #: The source's own window counts that the commit and gate summaries show.
     summary_counts: ClassVar[tuple[str, ...]] = ()
 

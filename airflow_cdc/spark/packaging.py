@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import os
 import tempfile
+import threading
 import zipfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -80,8 +81,10 @@ def build_py_files(
     target = cache / name
     if target.exists():
         return _used(target)
-    # Built under a name of this process, then renamed: a concurrent job never sees half a zip.
-    staging = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    # Built under a name of this process and thread, then renamed: a concurrent job never sees
+    # half a zip, and two threads of one process (two tasks' jobs started at once) never
+    # write, or rename away, each other's staging file.
+    staging = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with zipfile.ZipFile(staging, "w", zipfile.ZIP_DEFLATED) as archive:
         for arcname, path in entries:
             info = zipfile.ZipInfo(arcname, date_time=_ZIP_DATE_TIME)

@@ -42,6 +42,13 @@ def require_lease_seconds(value: object) -> timedelta:
     return timedelta(seconds=value)
 
 
+def require_limit(limit: object) -> int:
+    """A read's row limit: a whole number of at least 1."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit {limit!r} is not a positive whole number: ask for 1 or more rows")
+    return limit
+
+
 def require_json(what: str, value: object) -> None:
     try:
         dumps(value)

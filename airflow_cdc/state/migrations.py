@@ -158,6 +158,45 @@ def _v2_indexes(conn: Connection) -> None:
     Index("ix_cdc_windows_stream_state", win.c.stream_id, win.c.state).create(conn)
 
 
+def _v3_window_steps(conn: Connection) -> None:
+    # When each step of a window ran, for the CDC view and `airflow-cdc lag-chart`; observed
+    # only, never read by a transition. The view lists a stream's windows of some states
+    # newest first (open ones, the last complete one): without the index on
+    # (stream, state, start) that walks every window of the stream.
+    md = MetaData()
+    win = Table(
+        "cdc_windows",
+        md,
+        Column("stream_id", String(128)),
+        Column("window_start", UtcDateTime),
+        Column("state", String(16)),
+    )
+    steps = Table(
+        "cdc_window_steps",
+        md,
+        Column("stream_id", String(128), nullable=False),
+        Column("window_start", UtcDateTime, nullable=False),
+        Column("step", String(16), nullable=False),
+        Column("started_at", UtcDateTime, nullable=False),
+        Column("finished_at", UtcDateTime, nullable=False),
+        Column("details", Text, nullable=False),
+        PrimaryKeyConstraint("stream_id", "window_start", "step", name="pk_cdc_window_steps"),
+        ForeignKeyConstraint(
+            ["stream_id", "window_start"],
+            ["cdc_windows.stream_id", "cdc_windows.window_start"],
+            name="fk_cdc_window_steps_window",
+        ),
+        CheckConstraint(
+            "step IN ('plan', 'extract', 'commit', 'apply', 'gate')",
+            name="ck_cdc_window_steps_step",
+        ),
+    )
+    steps.create(conn)
+    Index(
+        "ix_cdc_windows_stream_state_start", win.c.stream_id, win.c.state, win.c.window_start
+    ).create(conn)
+
+
 @dataclass(frozen=True)
 class Migration:
     version: int
@@ -168,6 +207,7 @@ class Migration:
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "streams, partitions, windows and window_partitions tables", _v1_tables),
     Migration(2, "indexes for the live-partition, purge and gate queries", _v2_indexes),
+    Migration(3, "window step timings; windows by state, newest first", _v3_window_steps),
 )
 HEAD_VERSION = MIGRATIONS[-1].version
 

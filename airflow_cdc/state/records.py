@@ -121,6 +121,22 @@ class WindowPartitionRecord:
 
 
 @dataclass(frozen=True)
+class WindowStepRecord:
+    """When one step of a window last ran to success, and what it reported (``details``)."""
+
+    stream_id: str
+    window_start: datetime
+    step: str
+    started_at: datetime
+    finished_at: datetime
+    details: dict
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, (self.finished_at - self.started_at).total_seconds())
+
+
+@dataclass(frozen=True)
 class WindowPlan:
     """A window and the partition positions it reads; the same every time it is planned."""
 

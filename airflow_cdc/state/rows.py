@@ -18,6 +18,7 @@ from airflow_cdc.state.records import (
     StreamRecord,
     WindowPartitionRecord,
     WindowRecord,
+    WindowStepRecord,
     window_name,
 )
 from airflow_cdc.state.tables import loads, partitions, windows
@@ -108,4 +109,15 @@ def window_partition_record(row: Row) -> WindowPartitionRecord:
         finished=row.finished,
         watermark=row.watermark,
         records=row.records,
+    )
+
+
+def window_step_record(row: Row) -> WindowStepRecord:
+    return WindowStepRecord(
+        stream_id=row.stream_id,
+        window_start=row.window_start,
+        step=row.step,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        details=loads(row.details, {}),
     )

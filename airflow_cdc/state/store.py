@@ -29,12 +29,13 @@ from airflow_cdc.model import (
     validate_identifier,
 )
 from airflow_cdc.state import engine as engines
-from airflow_cdc.state import leases, migrations, partitions, plans, streams, windows
+from airflow_cdc.state import leases, migrations, partitions, plans, steps, streams, windows
 from airflow_cdc.state.arguments import (
     check_initial_positions,
     require_int,
     require_json,
     require_lease_seconds,
+    require_limit,
     require_text,
     require_window,
 )
@@ -46,6 +47,7 @@ from airflow_cdc.state.records import (
     WindowPartitionRecord,
     WindowPlan,
     WindowRecord,
+    WindowStepRecord,
 )
 
 
@@ -179,12 +181,15 @@ class StateStore:
         return self._write(run)
 
     def mark_extracted(
-        self, window: Window, owner: str, changelog_snapshot_id: int
+        self, window: Window, owner: str, changelog_snapshot_id: int | None
     ) -> WindowRecord:
-        """PLANNED -> EXTRACTED: the window's changes are in that changelog snapshot."""
+        """PLANNED -> EXTRACTED: the window's changes are in that changelog snapshot (None:
+        the window was proven empty and has no changelog commit, see
+        :mod:`airflow_cdc.pipeline.empty_window`)."""
         require_window(window)
         require_text("lease owner", owner)
-        require_int("changelog snapshot id", changelog_snapshot_id)
+        if changelog_snapshot_id is not None:
+            require_int("changelog snapshot id", changelog_snapshot_id)
         return self._write(windows.mark_extracted, window, owner, changelog_snapshot_id)
 
     def commit_window(
@@ -284,6 +289,66 @@ class StateStore:
         with self._read() as conn:
             return windows.list_windows(conn, stream_id, states)
 
+    def newest_windows(
+        self,
+        stream_id: str,
+        limit: int,
+        states: Iterable[WindowState] | None = None,
+        before: datetime | None = None,
+    ) -> list[WindowRecord]:
+        """At most ``limit`` windows of the stream, newest first, optionally only those in
+        ``states`` or starting before ``before`` (the next page): one bounded query, however
+        many windows the stream has."""
+        validate_identifier("stream id", stream_id)
+        limit = require_limit(limit)
+        if before is not None:
+            before = ensure_utc("before", before)
+        wanted = None if states is None else tuple(states)
+        with self._read() as conn:
+            return windows.newest(conn, stream_id, limit, wanted, before)
+
+    def window_state_counts(self, stream_id: str) -> dict[WindowState, int]:
+        """How many windows the stream has in each state."""
+        validate_identifier("stream id", stream_id)
+        with self._read() as conn:
+            return windows.count_by_state(conn, stream_id)
+
+    def record_step(
+        self,
+        window: Window,
+        step: str,
+        started_at: datetime,
+        finished_at: datetime,
+        details: Mapping[str, Any] | None = None,
+    ) -> WindowStepRecord:
+        """Record that ``step`` of ``window`` ran from ``started_at`` to ``finished_at``.
+
+        Observed only (the CDC view and lag-chart show it as the step's duration): a re-run
+        replaces the row, and no transition reads it. The window must have been planned.
+        """
+        require_window(window)
+        if step not in steps.STEPS:
+            raise ValueError(f"step {step!r} is not a step of the window protocol: use one of "
+                             f"{', '.join(steps.STEPS)}")
+        started = ensure_utc("step start", started_at)
+        finished = ensure_utc("step end", finished_at)
+        reported = dict(details or {})
+        require_json("step details", reported)
+        try:
+            return self._write(steps.record, window, step, started, finished, reported)
+        except IntegrityError:
+            # PostgreSQL: the same step recorded at once by two runs; the second one wins.
+            return self._write(steps.record, window, step, started, finished, reported)
+
+    def window_steps(
+        self, stream_id: str, starts: Iterable[datetime]
+    ) -> dict[datetime, dict[str, WindowStepRecord]]:
+        """The recorded steps of the stream's windows starting at ``starts``, by start and step."""
+        validate_identifier("stream id", stream_id)
+        wanted = [ensure_utc("window start", start) for start in starts]
+        with self._read() as conn:
+            return steps.of_windows(conn, stream_id, wanted)
+
     def window_partitions(self, window: Window) -> list[WindowPartitionRecord]:
         """The partitions ``window`` planned and the children it read, with their outcomes."""
         require_window(window)
@@ -298,6 +363,33 @@ class StateStore:
         validate_identifier("stream id", stream_id)
         with self._read() as conn:
             return partitions.list_partitions(conn, stream_id, states)
+
+    def partitions_by_id(
+        self, stream_id: str, partition_ids: Iterable[str]
+    ) -> list[PartitionRecord]:
+        """The stream's partitions among ``partition_ids`` (purged ones are left out), by id:
+        a read bounded by the ids asked for, however many partitions the stream has."""
+        validate_identifier("stream id", stream_id)
+        with self._read() as conn:
+            return partitions.by_ids(conn, stream_id, partition_ids)
+
+    def lowest_live_partitions(self, stream_id: str, limit: int) -> list[PartitionRecord]:
+        """At most ``limit`` live partitions, lowest watermark first (the ones holding the
+        stream back come first): one bounded query."""
+        validate_identifier("stream id", stream_id)
+        limit = require_limit(limit)
+        with self._read() as conn:
+            return partitions.lowest_live(conn, stream_id, limit)
+
+    def count_live_partitions(
+        self, stream_id: str, behind: datetime | None = None
+    ) -> tuple[int, int]:
+        """(live partitions, how many of them have a watermark before ``behind``)."""
+        validate_identifier("stream id", stream_id)
+        if behind is not None:
+            behind = ensure_utc("behind", behind)
+        with self._read() as conn:
+            return partitions.count_live(conn, stream_id, behind)
 
     def live_partitions(self, stream_id: str) -> list[PartitionRecord]:
         """The stream's partitions that still have changes to deliver (not FINISHED)."""

@@ -142,3 +142,18 @@ window_partitions = Table(
         ["stream_id", "window_start"], ["cdc_windows.stream_id", "cdc_windows.window_start"]
     ),
 )
+
+window_steps = Table(
+    "cdc_window_steps",
+    metadata,
+    Column("stream_id", String(128), nullable=False),
+    Column("window_start", UtcDateTime, nullable=False),
+    Column("step", String(16), nullable=False),  # plan | extract | commit | apply | gate
+    Column("started_at", UtcDateTime, nullable=False),
+    Column("finished_at", UtcDateTime, nullable=False),
+    Column("details", Text, nullable=False),  # JSON object: what the step reported
+    PrimaryKeyConstraint("stream_id", "window_start", "step"),
+    ForeignKeyConstraint(
+        ["stream_id", "window_start"], ["cdc_windows.stream_id", "cdc_windows.window_start"]
+    ),
+)

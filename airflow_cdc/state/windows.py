@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Connection, Row
 
 from airflow_cdc.model import PartitionOutcome, PartitionPosition, Window, WindowState, format_ts
@@ -266,6 +266,40 @@ def list_windows(
 ) -> list[WindowRecord]:
     rows = conn.execute(of_stream(windows, stream_id, states, WindowState, windows.c.window_start))
     return [window_record(row) for row in rows]
+
+
+def newest(
+    conn: Connection,
+    stream_id: str,
+    limit: int,
+    states: Iterable[WindowState] | None,
+    before: datetime | None,
+) -> list[WindowRecord]:
+    """At most ``limit`` of the stream's windows, newest first, starting before ``before``.
+
+    With ``states``, one query per state, each walking the (stream, state, start) index
+    backwards to at most ``limit`` rows: given the states as one IN list, SQLite's planner
+    walks the primary key instead, through every window of the stream.
+    """
+    found = []
+    for state in [None] if states is None else sorted({WindowState(s) for s in states}):
+        query = of_stream(windows, stream_id, None if state is None else [state], WindowState,
+                          windows.c.window_start.desc())
+        if before is not None:
+            query = query.where(windows.c.window_start < before)
+        found.extend(window_record(row) for row in conn.execute(query.limit(limit)))
+    found.sort(key=lambda w: w.start, reverse=True)
+    return found[:limit]
+
+
+def count_by_state(conn: Connection, stream_id: str) -> dict[WindowState, int]:
+    """How many windows the stream has in each state (states without one are left out)."""
+    rows = conn.execute(
+        select(windows.c.state, func.count())
+        .where(windows.c.stream_id == stream_id)
+        .group_by(windows.c.state)
+    )
+    return {WindowState(state): count for state, count in rows}
 
 
 # --- the protocol's checks ---------------------------------------------------------------------

@@ -136,6 +136,15 @@ def plan_tables(
     by_table: dict[str, list[Declaration]] = {}
     for declaration in declarations:
         by_table.setdefault(declaration.source_table, []).append(declaration)
+    # Targets whose names differ only by case are one table in catalogs that fold case (Hive,
+    # Glue, most REST catalogs) and to Spark's name resolution: none of them is written.
+    by_folded: dict[str, list[str]] = {}
+    for source_table in by_table:
+        try:
+            if source_table is not None:
+                by_folded.setdefault(config.target_for(source_table).qualified.lower(), []).append(source_table)
+        except InvalidIdentifierError:
+            continue
     plans = []
     for source_table in sorted(by_table, key=lambda name: (name is None, str(name))):
         table_declarations = by_table[source_table]
@@ -143,6 +152,12 @@ def plan_tables(
             if source_table is None:
                 raise InvalidIdentifierError("change rows have no source_table")
             target = config.target_for(source_table)
+            alike = sorted(by_folded[target.qualified.lower()])
+            if len(alike) > 1:
+                raise InvalidIdentifierError(
+                    f"source tables {alike} have targets whose names differ only by case "
+                    f"({target.qualified.lower()}): a catalog that folds case would hold them "
+                    f"in one table")
         except InvalidIdentifierError as error:
             plans.append(
                 TablePlan(
@@ -241,7 +256,8 @@ def _column_name_problem(name: str) -> str | None:
     try:
         validate_identifier("name", name)
     except InvalidIdentifierError:
-        return f"name {name!r} is not an identifier: use letters, digits and _ (map or rename the source column)"
+        return (f"name {name!r} is not an identifier: use letters, digits and _ (at most 128, not "
+                f"starting with a digit; map or rename the source column)")
     lowered = name.lower()
     if lowered.startswith(_RESERVED_PREFIXES) or lowered in _RESERVED_NAMES:
         return (

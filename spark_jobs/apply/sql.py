@@ -21,8 +21,14 @@ from pyspark.sql import DataFrame, SparkSession
 
 
 def string(text: str) -> str:
-    """``text`` as a Spark SQL string literal (backslash escapes, as Spark's parser reads them)."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    """``text`` as a Spark SQL string literal (backslash escapes, as Spark's parser reads them).
+
+    ``$`` is written as the escape ``\\u0024``: Spark substitutes ``${name}`` in SQL text
+    (``spark.sql.variable.substitute``, on by default) with a configuration value or an
+    environment variable (``${env:HOME}``) before parsing, literals included, so a source's
+    text holding one would reach the table altered, or carry a secret with it.
+    """
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'").replace("$", "\\u0024") + "'"
 
 
 def name(column: str) -> str:

@@ -6,6 +6,8 @@ with the purge, history MERGE; ``targets.py``), each tagged with the window. A t
 without rows yet is appended to instead of merged (its first window, often an initial
 snapshot, is the largest). A crash leaves any subset of these commits made; the re-run
 recomputes the same outcome from the same pre-window state and makes only the missing ones.
+Two applies of the window at once make each commit once: the one that loses a commit's race
+(an Iceberg conflict) takes the winner's tagged commit as its own.
 
 Performance strategies, each behind its own interface: the commits run side by side
 (``commit_threads.py``), and a target MERGE that rewrites nearly every file skips the search
@@ -32,7 +34,7 @@ from spark_jobs.apply.targets import (
     merge_target,
     merge_tombstones,
 )
-from spark_jobs.commits import own_window_commit, window_properties
+from spark_jobs.commits import concurrent_window_commit, own_window_commit, window_properties
 
 _FAULT_NAMES = {"target": "target", "tombstones": "tombstone", "history": "history"}
 _COUNTS = (
@@ -84,7 +86,16 @@ def commit_table(spark: SparkSession, config: ApplyConfig, work: TableWork) -> N
 
     def commit(role: str, table: TableName, run: Callable[[], None]) -> None:
         fault(config, f"fail_{_FAULT_NAMES[role]}_commit")
-        run()
+        try:
+            run()
+        except Exception as error:
+            # Another apply of this window committed the table first (a race): its commit,
+            # computed from the same pre-window snapshot, is this window's.
+            concurrent = concurrent_window_commit(spark, table.qualified, window_id, error)
+            if concurrent is None:
+                raise
+            work.commits[role] = concurrent
+            return
         work.commits[role] = own_window_commit(spark, table.qualified, window_id)
         if role == "target":
             crash_point("apply.after_target_commit")

@@ -72,11 +72,14 @@ def append_target(plan: TablePlan, folded: DataFrame, window_id: str, properties
     """The first commit of a target with no rows yet: every outcome is an insert, so append.
 
     Cheaper than a MERGE (no join with the target); a table's first window is often its
-    largest (an initial snapshot).
+    largest (an initial snapshot). Made only if the target is still without rows when it
+    commits (``read_at=None``): another apply of the same window, or of the next, cannot
+    have appended the same keys meanwhile.
     """
     source = target_source(plan, folded, window_id).where(F.col("__action") == "UPSERT")
     columns = [*plan.key_names, *plan.columns, "_cdc_seq", "_cdc_commit_ts", "_cdc_window"]
-    append_tagged(source.select(*[F.col(quoted(c)) for c in columns]), plan.target.qualified, properties)
+    frame = source.select(*[F.col(quoted(c)) for c in columns])
+    append_tagged(frame, plan.target.qualified, properties, read_at=None)
 
 
 # --- File search ----------------------------------------------------------------------------
@@ -181,10 +184,12 @@ def tombstone_source(plan: TablePlan, folded: DataFrame, window_id: str) -> Data
 
 
 def append_tombstones(plan: TablePlan, folded: DataFrame, window_id: str, properties: dict[str, str]) -> None:
-    """The first commit of an empty tombstone table: every deleted key is a new tombstone."""
+    """The first commit of an empty tombstone table: every deleted key is a new tombstone
+    (made only if the table is still empty when it commits, as :func:`append_target`)."""
     source = tombstone_source(plan, folded, window_id).where(F.col("__action") == "DELETE")
     columns = [*plan.key_names, "_cdc_seq", "_cdc_commit_ts", "_cdc_window"]
-    append_tagged(source.select(*[F.col(quoted(c)) for c in columns]), plan.tombstones.qualified, properties)
+    frame = source.select(*[F.col(quoted(c)) for c in columns])
+    append_tagged(frame, plan.tombstones.qualified, properties, read_at=None)
 
 
 def merge_tombstones(

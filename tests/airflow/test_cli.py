@@ -95,20 +95,39 @@ def test_reset_stream_confirmed_with_the_stream_id_forgets_the_stream(store, mon
     assert [s.stream_id for s in store.streams()] == []
 
 
-def test_lag_chart_writes_an_svg_with_one_bar_per_window(store, tmp_path):
+def test_lag_chart_writes_an_svg_with_titles_axes_and_a_bar_per_window(store, tmp_path):
     two_windows(store)
-    code, _ = run("lag-chart", "orders", "-o", str(tmp_path / "lag.svg"))
+    code, out = run("lag-chart", "orders", "-o", str(tmp_path / "lag.svg"))
     svg = (tmp_path / "lag.svg").read_text()
-    assert code == 0
-    assert svg.startswith("<svg") and svg.count('class="window"') == 2
-    assert "2024-05-01T10:00:00.000000Z APPLIED lag 40m00s" in svg
+    assert code == 0 and "2 window(s) of orders" in out
+    assert "<svg" in svg and "orders: 2 window(s) from 2024-05-01T09:00" in svg
+    for label in ("Freshness and lag per window", "Changes per window",
+                  "Step durations per window", "window start (UTC)", "change rows",
+                  "lag (minutes)", "delay (days)"):
+        assert f">{label}<" in svg, label
+    assert 'id="lag-2024-05-01T09:00:00.000000Z"' in svg
+    assert 'id="lag-2024-05-01T10:00:00.000000Z"' in svg
+    assert svg.count('id="changes-') == 2
 
 
-def test_lag_chart_writes_a_png(store, tmp_path):
+def test_lag_chart_writes_a_png_with_the_title_and_the_state_colours(store, tmp_path):
+    from PIL import Image
+
     two_windows(store)
     code, _ = run("lag-chart", "orders", "-o", str(tmp_path / "lag.png"))
-    assert code == 0
-    assert (tmp_path / "lag.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    image = Image.open(tmp_path / "lag.png")
+    colours = {rgb for _, rgb in image.convert("RGB").getcolors(maxcolors=1 << 20)}
+    assert code == 0 and image.format == "PNG" and image.size == (1100, 820)
+    assert image.info["Title"].startswith("orders: 2 window(s) from 2024-05-01T09:00")
+    assert (21, 101, 192) in colours  # the APPLIED window's lag bar (#1565c0)
+    assert (25, 118, 210) in colours  # the change bars (#1976d2)
+
+
+def test_lag_chart_refuses_an_output_that_is_neither_svg_nor_png(store, tmp_path, capsys):
+    two_windows(store)
+    code, _ = run("lag-chart", "orders", "-o", str(tmp_path / "lag.jpg"))
+    assert code == 2
+    assert "must end in .svg or .png" in capsys.readouterr().err
 
 
 def test_status_reads_the_store_named_by_url_without_printing_a_password(store):

@@ -8,7 +8,8 @@ import uuid
 def test_a_string_literal_reads_back_as_the_same_text(spark):
     from spark_jobs.apply.sql import string
 
-    texts = ["plain", "it's", "back\\slash", "\\'", "two\nlines", "tab\there", "é ü \u0001", "{braces} :param ?", ""]
+    texts = ["plain", "it's", "back\\slash", "\\'", "two\nlines", "tab\there", "é ü \u0001", "{braces} :param ?", "",
+             "${env:HOME} ${spark.app.name} $"]  # not substituted by Spark
     row = spark.sql("SELECT " + ", ".join(f"{string(t)} AS c{i}" for i, t in enumerate(texts))).first()
     assert [row[f"c{i}"] for i in range(len(texts))] == texts
 

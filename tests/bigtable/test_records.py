@@ -9,7 +9,7 @@ import pytest
 from google.cloud.bigtable_v2 import types as bt
 
 from airflow_cdc.sources.bigtable.apply import decode_columns, decode_value
-from airflow_cdc.sources.bigtable.records import DataChange, MalformedStreamError, stream_records
+from airflow_cdc.sources.bigtable.records import DataChange, MalformedChange, stream_records
 
 WHEN = datetime(2025, 1, 6, 8, 0, tzinfo=timezone.utc)
 
@@ -44,12 +44,14 @@ def test_a_value_in_chunks_across_a_continuation_is_one_set_cell_with_the_whole_
     assert record.chunked == 1 and record.token == "t1"
 
 
-def test_a_chunk_at_the_wrong_offset_is_refused_naming_the_row():
+def test_a_chunk_at_the_wrong_offset_makes_the_record_malformed_naming_the_row():
     responses = [change([set_chunk(b"abc", size=6, offset=0), set_chunk(b"def", size=6, offset=4,
                                                                         last=True)])]
 
-    with pytest.raises(MalformedStreamError, match=r"row b'row#1': chunk at offset 4 after 3"):
-        list(stream_records(responses))
+    [record] = list(stream_records(responses))
+
+    assert isinstance(record, MalformedChange) and record.token == "t1"
+    assert record.reason == "row b'row#1': chunk at offset 4 after 3 bytes"
 
 
 def test_a_mutation_the_source_does_not_apply_marks_the_record_for_the_dead_letter_table():

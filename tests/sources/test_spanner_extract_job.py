@@ -134,3 +134,50 @@ def test_each_round_reports_every_partition_with_records_watermark_and_lag(capsy
         "airflow-cdc extract round 2: partition b records=7 "
         "watermark=2024-05-01T09:45:00.000000Z lag=0:15:00 continues",
     ]
+
+
+def test_a_window_read_from_more_partitions_than_cores_is_committed_in_one_file_per_core(
+    spark, pipeline, history
+):
+    store, config = pipeline
+    window = next(windows_of(history, config.stream_id))
+    result = run_window(spark, store, config, window)
+    cores = spark.sparkContext.defaultParallelism
+    assert result["counts"]["partitions"] > cores  # one Spark partition per source partition read
+    files = spark.sql(
+        f"SELECT summary['added-data-files'] AS files FROM {changelog(spark, config)}.snapshots"
+    ).collect()
+    assert [int(r.files) <= cores for r in files] == [True]
+
+
+def test_the_transaction_check_on_executors_counts_transactions_and_names_the_first_incomplete_one(
+    spark,
+):
+    from airflow_cdc.pipeline.partition_lineage import IncompleteTransactionError
+    from airflow_cdc.sources.base import TransactionTally
+    from spark_jobs.extract import check_transactions_on_executors
+
+    window = Window("s", datetime_at(0), datetime_at(60))
+
+    def reads(*tallies_per_partition):
+        return [spark.sparkContext.parallelize(
+            [(None, tuple(tallies), [], [], {}) for tallies in tallies_per_partition], 2)]
+
+    two_partitions = reads(
+        [TransactionTally("t1", 2, frozenset({"00000000"})), TransactionTally("t3", 1, frozenset({"00000000"}))],
+        [TransactionTally("t1", 2, frozenset({"00000001"}))],
+    )
+    assert check_transactions_on_executors(spark.sparkContext, two_partitions, window, []) == 2
+
+    missing = reads(
+        [TransactionTally("t9", 3, frozenset({"00000000"})), TransactionTally("t5", 2, frozenset({"00000000"}))],
+        [TransactionTally("t9", 3, frozenset({"00000001"}))],
+    )
+    with pytest.raises(IncompleteTransactionError, match="transaction t5 has 1 of its 2 data change records"):
+        check_transactions_on_executors(spark.sparkContext, missing, window, [])
+
+
+def datetime_at(minutes: int):
+    from datetime import datetime, timezone
+
+    return datetime(2024, 5, 1, 9, tzinfo=timezone.utc) + timedelta(minutes=minutes)

@@ -12,6 +12,8 @@ unchanged.
 * :mod:`.stream` holds the commits, positions, tokens and watermarks and runs one
   ReadChangeStream call; :mod:`.servicer` and :mod:`.server` put it on gRPC.
 * :mod:`.reading` is a reader for tests and demos (never used by production code).
+* ``emulator.faults`` (:mod:`airflow_cdc.emulators.injected_faults`) breaks change stream
+  reads on demand, mid-stream: gRPC errors, rejected tokens, stopped heartbeats.
 * ``python -m airflow_cdc.emulators.bigtable --port 8086`` runs it on its own.
 
 Connecting (the GAPIC ``BigtableClient`` ignores ``BIGTABLE_EMULATOR_HOST`` and

@@ -57,6 +57,8 @@ class BigtableEmulator:
             chunk_size=history.config.chunk_size if chunk_size is None else chunk_size,
             max_chunks_per_message=max_chunks_per_message,
         )
+        # Mid-stream faults on demand (README "Faults on demand"): partitions by row range.
+        self.faults = self.servicer.faults
         self._server: grpc.Server | None = None
         self._channels: list[grpc.Channel] = []
         self.port: int | None = None

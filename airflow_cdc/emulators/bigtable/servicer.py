@@ -23,7 +23,8 @@ unsupported mutation or filter kinds UNIMPLEMENTED. Every message names the valu
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+import time
+from collections.abc import Hashable, Iterator
 
 import grpc
 from google.cloud.bigtable_admin_v2.types import bigtable_table_admin as admin_types
@@ -31,6 +32,8 @@ from google.cloud.bigtable_v2.types import bigtable as bt
 from google.cloud.bigtable_v2.types import data as bd
 from google.protobuf import empty_pb2, timestamp_pb2
 from google.rpc import status_pb2
+
+from airflow_cdc.emulators.injected_faults import Faults
 
 from .mutations import (
     GARBAGE_COLLECTION,
@@ -45,18 +48,25 @@ from .mutations import (
 )
 from .partitions import RowRange, show_key
 from .stream import (
+    POLL_SECONDS,
     CloseEvent,
     ChangeStore,
     HeartbeatEvent,
     RecordEvent,
     ServiceError,
+    frontier,
     open_read,
+    start_refused,
 )
+from .timeline import to_micros
 
 SERVICE = "google.bigtable.v2.Bigtable"
 ADMIN_SERVICE = "google.bigtable.admin.v2.BigtableTableAdmin"
 DEFAULT_HEARTBEAT_SECONDS = 5.0  # the service's default when heartbeat_duration is unset
 MIN_HEARTBEAT_SECONDS = 0.01
+# The RPCs ``emulator.faults`` acts on; the first is the default.
+CHANGE_STREAM_METHOD = "ReadChangeStream"
+INITIAL_PARTITIONS_METHOD = "GenerateInitialChangeStreamPartitions"
 _TABLE_NAME = re.compile(r"^projects/([^/]+)/instances/([^/]+)/tables/([^/]+)$")
 
 # Raw protobuf classes behind the proto-plus types (faster to build than proto-plus).
@@ -100,6 +110,7 @@ class BigtableServicer:
                 f"chunk_size {chunk_size} and max_chunks_per_message {max_chunks_per_message} "
                 f"must be at least 1"
             )
+        self.faults = Faults((CHANGE_STREAM_METHOD, INITIAL_PARTITIONS_METHOD))
         self.store = store
         self.history = store.history
         self.chunk_size = chunk_size
@@ -195,9 +206,15 @@ class BigtableServicer:
     def generate_initial_partitions(self, request, context) -> Iterator:
         self._table(request.table_name)
         self._cluster(request.app_profile_id)
+        call = self.faults.begin(INITIAL_PARTITIONS_METHOD, None)
         response = bt.GenerateInitialChangeStreamPartitionsResponse.pb()
+        sent = 0
         for partition in self.store.live_partitions():
+            call.check(context, sent)
             yield response(partition=_partition_pb(partition.range))
+            sent += 1
+        if call.next_due() is not None:
+            call.abort(context, call.due(1 << 62), sent)
 
     def read_change_stream(self, request, context) -> Iterator:
         self._table(request.table_name)
@@ -234,7 +251,25 @@ class BigtableServicer:
             heartbeat_s=heartbeat,
             is_active=context.is_active,
         )
+        call = self.faults.begin(CHANGE_STREAM_METHOD, row_range, _same_range)
+        if call.rejection is not None:
+            call.rejected()
+            start = min(frontier(position) for _, position in read.pieces)
+            raise start_refused(
+                row_range, start, max(self.store.now_us(), start + 1),
+                f"older than the retention of {self.history.config.retention} (the service no "
+                f"longer accepts this position: fault injected by emulator.faults.reject_token)")
+        quiet_after = (None if call.heartbeat_stop is None
+                       else to_micros(call.heartbeat_stop.after))
+        sent = 0
         for event in read:
+            call.check(context, sent)
+            if quiet_after is not None and _progress_of(event) > quiet_after:
+                call.quiet(sent)  # the partition goes quiet: nothing more until the client leaves
+                while context.is_active():
+                    time.sleep(POLL_SECONDS)
+                return
+            sent += 1
             if isinstance(event, RecordEvent):
                 yield from self._data_change(event)
             elif isinstance(event, HeartbeatEvent):
@@ -258,6 +293,8 @@ class BigtableServicer:
                     )
                 )
                 return
+        if call.next_due() is not None:  # a stream shorter than the fault's count: at its end
+            call.abort(context, call.due(1 << 62), sent)
 
     def _data_change(self, event: RecordEvent) -> Iterator:
         commit = event.commit
@@ -554,6 +591,18 @@ class BigtableServicer:
 
     def ping_and_warm(self, request, context):
         return bt.PingAndWarmResponse.pb()()
+
+
+def _same_range(wanted: Hashable, read: RowRange) -> bool:
+    """A fault's partition (a RowRange or a (start, end) pair of row keys) is the read's."""
+    return (wanted if isinstance(wanted, RowRange) else RowRange(*wanted)) == read
+
+
+def _progress_of(event) -> int:
+    """How far an event proves the partition's progress (a close: beyond any instant)."""
+    if isinstance(event, (RecordEvent, HeartbeatEvent)):
+        return event.watermark_us
+    return 1 << 62
 
 
 def mutation_to_pb(mutation: Mutation):

@@ -516,6 +516,15 @@ class ChangeStreamRead:
         )
 
 
+def start_refused(piece_range: RowRange, start_us: int, earliest_us: int, why: str) -> ServiceError:
+    """The refusal of a start (time or token position) the change stream no longer serves."""
+    return ServiceError(
+        OUT_OF_RANGE,
+        f"partition {piece_range}: requested start {format_micros(start_us)} is {why}; "
+        f"start at or after {format_micros(earliest_us)}",
+    )
+
+
 def open_read(
     store: ChangeStore,
     *,
@@ -571,11 +580,7 @@ def open_read(
                 if start < now - retention
                 else f"before the change stream was enabled at {format_micros(store.creation_us())}"
             )
-            raise ServiceError(
-                OUT_OF_RANGE,
-                f"partition {piece_range}: requested start {format_micros(start)} is {why}; "
-                f"start at or after {format_micros(earliest)}",
-            )
+            raise start_refused(piece_range, start, earliest, why)
     if end_us is not None and end_us < min(frontier(pos) for _, pos in pieces):
         raise ServiceError(
             "INVALID_ARGUMENT",

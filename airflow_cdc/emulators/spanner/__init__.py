@@ -10,6 +10,8 @@
   timestamp, partitioned queries, INFORMATION_SCHEMA, DML and mutations, version retention,
   and a seeded history of five such tables (:func:`generate_commit_timestamp_tables`).
 * :mod:`.clock` is the one "now" of both; :mod:`.servicer` and :mod:`.server` put it on gRPC.
+* ``emulator.faults`` (:mod:`airflow_cdc.emulators.injected_faults`) breaks change stream
+  queries on demand, mid-stream: gRPC errors, rejected tokens, stopped heartbeats.
 * ``python -m airflow_cdc.emulators.spanner --port 9010 [--commit-ts-tables]`` runs it alone.
 
 No Airflow or pyspark import here: tests, the demo and Spark executors' machines use it alike.

@@ -128,6 +128,16 @@ def _partition_records(history: History, partition: Partition, read: AcceptedRea
         yield HeartbeatRecord(upper)
 
 
+def too_far_in_the_past(start_us: int, earliest_us: int, reason: str) -> ChangeStreamQueryError:
+    """Spanner's refusal of a start it no longer serves (older than the retention period)."""
+    return ChangeStreamQueryError(
+        "OUT_OF_RANGE",
+        f"Specified start_timestamp is too far in the past. Please specify a "
+        f"start_timestamp within the earliest read timestamp: {format_micros(earliest_us)}. "
+        f"Received start_timestamp: {format_micros(start_us)}. ({reason})",
+    )
+
+
 def validate(history: History, args: ReadArguments, now_us: int) -> AcceptedRead:
     """Check a query as Spanner does (same order, status codes and wording)."""
     if args.start_us is None:
@@ -141,12 +151,7 @@ def validate(history: History, args: ReadArguments, now_us: int) -> AcceptedRead
             else f"its retention period {timedelta(microseconds=history.retention_us)} "
             f"reaches back from now ({format_micros(now_us)})"
         )
-        raise ChangeStreamQueryError(
-            "OUT_OF_RANGE",
-            f"Specified start_timestamp is too far in the past. Please specify a "
-            f"start_timestamp within the earliest read timestamp: {format_micros(earliest)}. "
-            f"Received start_timestamp: {format_micros(args.start_us)}. ({reason})",
-        )
+        raise too_far_in_the_past(args.start_us, earliest, reason)
     if args.start_us > now_us:
         raise ChangeStreamQueryError(
             "OUT_OF_RANGE",

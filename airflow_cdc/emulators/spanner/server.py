@@ -69,6 +69,8 @@ class SpannerEmulator:
             history, None, postgresql_databases, tables=tables, clock=self.clock
         )
         self.admin = SchemaAdminServicer(history, postgresql_databases, tables=tables)
+        # Mid-stream faults on demand (README "Faults on demand"): partitions by token.
+        self.faults = self.spanner.faults
         self._server: grpc.Server | None = None
         self.port: int | None = None
 

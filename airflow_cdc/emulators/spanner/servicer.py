@@ -28,17 +28,27 @@ from google.cloud.spanner_v1.types import type as spanner_type
 from google.protobuf import struct_pb2
 from spannermockserver import DatabaseAdminServicer, SpannerServicer
 
+from airflow_cdc.emulators.injected_faults import CallFaults, Faults
+
 from . import records, sql
 from .clock import EmulatorClock
 from .history import History
-from .query import ChangeStreamQueryError, answer
+from .query import (
+    ChangeStreamQueryError,
+    ChildPartitionsRecord,
+    HeartbeatRecord,
+    answer,
+    too_far_in_the_past,
+)
 from .schema import GOOGLESQL, POSTGRESQL
 from .tables.service import TableService
 from .tables.status import SpannerStatusError
 from .tables.store import VersionedDatabase
-from .timeline import to_datetime
+from .timeline import to_datetime, to_micros
 
 ROWS_PER_BATCH = 200
+# The RPC that reads change streams: the one ``emulator.faults`` acts on.
+CHANGE_STREAM_METHOD = "ExecuteStreamingSql"
 _DIALECT_QUERY = (
     "select option_value from information_schema.database_options "
     "where option_name='database_dialect'"
@@ -74,6 +84,7 @@ class ChangeStreamServicer(SpannerServicer):
             None if tables is None else TableService(tables, self.postgresql_databases)
         )
         self._session_lock = threading.Lock()
+        self.faults = Faults((CHANGE_STREAM_METHOD,))
 
     @property
     def now_us(self) -> int:
@@ -139,10 +150,22 @@ class ChangeStreamServicer(SpannerServicer):
             _check_single_use(request)
             params = type(request).pb(request).params.fields
             query = sql.parse(text, params, (self.history.stream_name,))
+            call = self.faults.begin(CHANGE_STREAM_METHOD, query.arguments.partition_token)
+            if call.rejection is not None:
+                call.rejected()
+                start = query.arguments.start_us or 0
+                raise too_far_in_the_past(
+                    start, max(self.now_us, start + 1),
+                    f"the service no longer accepts partition token "
+                    f"{query.arguments.partition_token}: fault injected by "
+                    f"emulator.faults.reject_token")
             answered = answer(self.history, query.arguments, self.now_us)
         except ChangeStreamQueryError as error:
             context.abort(grpc.StatusCode[error.code], error.message)
-        yield from _batches(answered, query.dialect, query.function_name)
+        if call.heartbeat_stop is not None:
+            answered = _progress_until(answered, to_micros(call.heartbeat_stop.after), call)
+        resume_at = int(request.resume_token or b"0")
+        yield from _batches(answered, query.dialect, query.function_name, resume_at, call, context)
 
     # --- tables: transactions, partitions, DML and commits ----------------------------------
     def _tables(self, context, method: str, request, *, stream: bool = False):
@@ -221,21 +244,55 @@ def _check_single_use(request) -> None:
         )
 
 
-def _batches(answered: list, dialect: str, function_name: str):
+def _batches(answered: list, dialect: str, function_name: str, resume_at: int = 0,
+             call: CallFaults | None = None, context=None):
+    """``answered`` from record ``resume_at`` on (the count a resume token carries), in batches
+    of ROWS_PER_BATCH, each ending in a resume token; the result metadata on the first.
+
+    An injected status fault due after ``n`` records of this call cuts the stream there: a
+    batch broken by it goes out without a resume token (the client drops it and resumes
+    from the last token), then the call ends with the fault's status."""
     metadata = records.metadata(dialect, function_name)
     pb_type = result_set.PartialResultSet.pb()
-    sent = 0
+    due = None if call is None else call.next_due()
+    cut = None if due is None else resume_at + due
+    sent, first = resume_at, True
     while True:
-        batch = answered[sent : sent + ROWS_PER_BATCH]
+        if cut is not None and sent >= cut:
+            call.check(context, sent - resume_at)
+        end = min(sent - sent % ROWS_PER_BATCH + ROWS_PER_BATCH, len(answered))
+        if cut is not None:
+            end = min(end, cut)
         partial = pb_type()
-        if sent == 0:
+        if first:
             partial.metadata.CopyFrom(result_set.ResultSetMetadata.pb(metadata))
-        partial.values.extend(records.row_value(record, dialect) for record in batch)
-        sent += len(batch)
-        partial.resume_token = str(sent).encode()
+            first = False
+        partial.values.extend(records.row_value(record, dialect) for record in answered[sent:end])
+        sent = end
+        if sent % ROWS_PER_BATCH == 0 or sent >= len(answered):
+            partial.resume_token = str(sent).encode()
         yield partial
+        if cut is not None and sent >= len(answered):  # a stream shorter than the cut: at its end
+            call.abort(context, call.due(cut - resume_at), sent - resume_at)
         if sent >= len(answered):
             return
+
+
+def _progress_until(answered: list, after_us: int, call: CallFaults) -> list:
+    """The records up to ``after_us`` (a partition whose heartbeats stopped there): nothing
+    later, not even the child partitions record that would end it."""
+    kept = [r for r in answered if _record_time(r) <= after_us]
+    if len(kept) < len(answered):
+        call.quiet(len(kept))
+    return kept
+
+
+def _record_time(record) -> int:
+    if isinstance(record, HeartbeatRecord):
+        return record.timestamp_us
+    if isinstance(record, ChildPartitionsRecord):
+        return record.start_us
+    return record.commit_us
 
 
 def _single_value(column: str, code: int, value: struct_pb2.Value):

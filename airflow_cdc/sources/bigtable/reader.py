@@ -16,6 +16,9 @@ Procedure for one partition (the seed's partitions and watermarks):
 4. A close with OUT_OF_RANGE ends the partition (I5): its children start from the tokens
    the close hands over. A partition that left records for the next window does not end in
    this one: the next window reads it again from its token, takes them and meets the close.
+5. A read the service breaks off (UNAVAILABLE, its own DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED)
+   raises as is: the source reads the partition again from step 1 (:mod:`..read_errors`). A
+   position refused as OUT_OF_RANGE is gone from the stream: the error names the fix.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from datetime import timedelta
 from airflow_cdc.model import CdcError, ChildPartition, PartitionOutcome, PartitionPosition, Window
 from airflow_cdc.model import parent_handovers
 from airflow_cdc.sources.base import DeadLetter, PartitionRead
+from airflow_cdc.sources.read_errors import position_expired, transient_errors
 from airflow_cdc.sources.bigtable.connection import BigtableConnection
 from airflow_cdc.sources.bigtable.mapping import change_rows
 from airflow_cdc.sources.bigtable.partitions import (
@@ -42,11 +46,15 @@ from airflow_cdc.sources.bigtable.records import (
     CloseStream,
     DataChange,
     Heartbeat,
+    MalformedChange,
     stream_records,
 )
 
 log = logging.getLogger(__name__)
 INITIAL_PARTITION = "initial"
+# A DEADLINE_EXCEEDED this long (a share of the read deadline) before the read deadline is
+# the service's own, mid-stream: a transient error, not the end of the read.
+DEADLINE_SLACK = 0.05
 
 
 class ChangeStreamReadError(CdcError):
@@ -122,7 +130,29 @@ def read_partition(
     try:
         call = client.read_change_stream(request=request, timeout=deadline.total_seconds())
         for record in stream_records(call):
-            if isinstance(record, DataChange):
+            if isinstance(record, MalformedChange):
+                # Dead-lettered like a record of the window (kept whole, named); one known to
+                # commit at or after e is held for the next window like any other.
+                if record.event_id is not None and record.event_id in skip:
+                    if not held:
+                        skip.discard(record.event_id)
+                elif record.commit_timestamp is None or record.commit_timestamp < window.end:
+                    records += 1
+                    dead.append(DeadLetter(
+                        position.partition_id, record.raw,
+                        f"{record.reason}: the record is kept here whole",
+                        source_table=connection.table, event_id=record.event_id))
+                    if held and record.event_id is not None:
+                        taken_after_hold.add(record.event_id)
+                elif not held:
+                    held = True
+                    counts["held_records"] += 1
+                else:
+                    counts["held_records"] += 1
+                if not held and record.token:
+                    resume = [TokenPiece(name.rows, record.token)]
+                mark = record.low_watermark
+            elif isinstance(record, DataChange):
                 if record.event_id in skip:
                     if not held:  # the resume token passes it: no later read meets it again
                         skip.discard(record.event_id)
@@ -172,13 +202,21 @@ def read_partition(
                          position.partition_id, records, watermark.isoformat(),
                          window.end - watermark)
     except exceptions.DeadlineExceeded:
+        if time.monotonic() - started < deadline.total_seconds() * (1 - DEADLINE_SLACK):
+            raise  # the service's, mid-stream, not the read deadline: read_errors reads again
         log.info("partition %s: read deadline of %s reached after %.0f s, low watermark %s",
                  position.partition_id, deadline, time.monotonic() - started, watermark)
     except exceptions.GoogleAPICallError as error:
+        if isinstance(error, transient_errors()):
+            raise  # read again from the planned position (read_errors)
+        if isinstance(error, exceptions.OutOfRange):
+            raise position_expired(
+                "Bigtable", position.partition_id, window, format_position(position),
+                f"{error.message} ({connection.table_name})", ChangeStreamReadError) from error
         raise ChangeStreamReadError(
             f"Bigtable refused reading partition {position.partition_id} of "
-            f"{connection.table_name} from {format_position(position)}: {error.message}. "
-            + _fix_for(error)
+            f"{connection.table_name} from {format_position(position)} for window "
+            f"{window.window_id}: {error.message}. " + _fix_for(error)
         ) from error
     finally:
         call_cancel = getattr(call, "cancel", None)
@@ -232,10 +270,6 @@ def format_position(position: PartitionPosition) -> str:
 def _fix_for(error) -> str:
     from google.api_core import exceptions
 
-    if isinstance(error, exceptions.OutOfRange):
-        return ("The position is older than the change stream's retention period: the changes "
-                "since are gone. Reset the stream's state and start it again from a time within "
-                "the retention (and run windows more often than the retention period)")
     if isinstance(error, exceptions.NotFound):
         return "Check the table id and the app profile (it must use single-cluster routing)"
     return "Check the table, the app profile and the credentials"

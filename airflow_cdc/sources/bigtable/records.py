@@ -12,6 +12,11 @@ so the rules it applies are here, as the API reference states them:
 3. A heartbeat carries a continuation token and the partition's low watermark.
 4. A close carries a status (OUT_OF_RANGE when the partition split or merged, with tokens
    and the new partitions; OK when the request's end time was passed).
+
+A data change that breaks these rules (a chunk out of order, a continuation of nothing, a
+commit timestamp that is missing or no instant of the years 1 to 9999) is handed over as a
+:class:`MalformedChange` naming the row and the fault: the reader dead-letters it whole and
+reads on, so one broken record never fails the window.
 """
 
 from __future__ import annotations
@@ -76,6 +81,32 @@ class DataChange:
 
 
 @dataclass(frozen=True)
+class MalformedChange:
+    """A data change that broke the API's rules, kept whole for the dead-letter table.
+
+    ``commit_timestamp`` and ``token`` are None when the record did not carry them (a
+    continuation of nothing, a change cut off by the next one).
+    """
+
+    row_key: bytes
+    reason: str
+    raw: str
+    commit_timestamp: datetime | None = None
+    tiebreaker: int = 0
+    cluster: str = ""
+    token: str | None = None
+    low_watermark: datetime | None = None
+
+    @property
+    def event_id(self) -> str | None:
+        """As :attr:`DataChange.event_id` when the commit timestamp is known, else None."""
+        if self.commit_timestamp is None:
+            return None
+        micros = int(self.commit_timestamp.timestamp() * 1_000_000)
+        return f"{self.row_key.hex()}/{micros}/{self.tiebreaker}/{self.cluster or '-'}"
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     token: TokenPiece
     low_watermark: datetime | None
@@ -87,6 +118,15 @@ class CloseStream:
     message: str
     tokens: tuple[TokenPiece, ...]
     new_partitions: tuple[RowRange, ...]
+
+
+def _time_field(message, name: str) -> datetime | None:
+    """The Timestamp field ``name`` of a proto-plus ``message``, None when unset or when it is
+    no instant of the years 1 to 9999 (proto-plus cannot even hand it over)."""
+    try:
+        return _time(getattr(message, name))
+    except (OverflowError, ValueError, OSError):
+        return None
 
 
 def _time(value) -> datetime | None:
@@ -126,15 +166,35 @@ class _Pending:
         self.row_key = bytes(change.row_key)
         self.type = _type_name(change.type_)
         self.cluster = change.source_cluster_id
-        self.commit_timestamp = _time(change.commit_timestamp)
+        self.commit_timestamp = _time_field(change, "commit_timestamp")
         self.tiebreaker = int(change.tiebreaker)
         self.mutations: list[Mutation] = []
         self.value: bytearray | None = None
         self.value_size = 0
         self.value_cell: Mutation | None = None
         self.chunked = 0
+        self.responses = [change]
+        # Set: the record broke a rule; its further chunks are kept but not assembled.
+        self.problem: str | None = None if self.commit_timestamp is not None else (
+            f"row {self.row_key!r}: the data change has no commit_timestamp of the years 1 to 9999")
+
+    def malformed(self, problem: str | None = None, change=None) -> MalformedChange:
+        """The record as it arrived so far, named with ``problem`` (or its own)."""
+        return MalformedChange(
+            row_key=self.row_key, reason=problem or self.problem or "", raw=_responses_text(self.responses),
+            commit_timestamp=self.commit_timestamp, tiebreaker=self.tiebreaker,
+            cluster=self.cluster, token=change.token if change is not None else None,
+            low_watermark=_time_field(change, "estimated_low_watermark") if change is not None else None)
 
     def add_chunks(self, chunks) -> None:
+        if self.problem is not None:
+            return
+        try:
+            self._add_chunks(chunks)
+        except MalformedStreamError as error:
+            self.problem = str(error)
+
+    def _add_chunks(self, chunks) -> None:
         for chunk in chunks:
             info = chunk.chunk_info if "chunk_info" in chunk else None
             mutation = chunk.mutation
@@ -168,14 +228,16 @@ class _Pending:
                 self.value, self.value_cell = None, None
                 self.chunked += 1
 
-    def finish(self, change) -> DataChange:
-        if self.value is not None:
-            raise MalformedStreamError(f"row {self.row_key!r}: done inside a chunked value")
+    def finish(self, change) -> DataChange | MalformedChange:
+        if self.problem is None and self.value is not None:
+            self.problem = f"row {self.row_key!r}: done inside a chunked value"
+        if self.problem is not None:
+            return self.malformed(change=change)
         return DataChange(
             row_key=self.row_key, type=self.type, cluster=self.cluster,
             commit_timestamp=self.commit_timestamp, tiebreaker=self.tiebreaker,
             mutations=tuple(self.mutations), token=change.token,
-            low_watermark=_time(change.estimated_low_watermark), chunked=self.chunked,
+            low_watermark=_time_field(change, "estimated_low_watermark"), chunked=self.chunked,
         )
 
 
@@ -198,7 +260,17 @@ def _mutation(mutation) -> Mutation:
     return Mutation(f"{UNSUPPORTED}{kind}", "")
 
 
-def stream_records(responses: Iterable) -> Iterator[DataChange | Heartbeat | CloseStream]:
+def _responses_text(responses) -> str:
+    """The responses of one record as text for the dead-letter table (their proto text)."""
+    try:
+        return "\n".join(type(r).to_json(r) for r in responses)[:100_000]
+    except Exception:  # noqa: BLE001 - the record is kept whatever it holds
+        return repr(responses)[:100_000]
+
+
+def stream_records(
+    responses: Iterable,
+) -> Iterator[DataChange | MalformedChange | Heartbeat | CloseStream]:
     """The whole records of one ``read_change_stream`` call, in stream order."""
     pending: _Pending | None = None
     for response in responses:
@@ -206,10 +278,15 @@ def stream_records(responses: Iterable) -> Iterator[DataChange | Heartbeat | Clo
             change = response.data_change
             if _type_name(change.type_) == CONTINUATION:
                 if pending is None:
-                    raise MalformedStreamError("a CONTINUATION data change continues nothing")
+                    orphan = _Pending(change)
+                    yield orphan.malformed(
+                        f"row {orphan.row_key!r}: a CONTINUATION data change continues nothing",
+                        change if change.done else None)
+                    continue
+                pending.responses.append(change)
             else:
                 if pending is not None:
-                    raise MalformedStreamError(
+                    yield pending.malformed(
                         f"row {pending.row_key!r}: a new data change began before done")
                 pending = _Pending(change)
             pending.add_chunks(change.chunks)
@@ -220,7 +297,7 @@ def stream_records(responses: Iterable) -> Iterator[DataChange | Heartbeat | Clo
             beat = response.heartbeat
             token = beat.continuation_token
             yield Heartbeat(TokenPiece(_range(token.partition), token.token),
-                            _time(beat.estimated_low_watermark))
+                            _time_field(beat, "estimated_low_watermark"))
         elif "close_stream" in response:
             close = response.close_stream
             yield CloseStream(

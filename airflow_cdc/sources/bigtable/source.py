@@ -32,6 +32,7 @@ from airflow_cdc.sources.bigtable.readiness import (
     lagging_partitions,
 )
 from airflow_cdc.sources.bigtable.reader import INITIAL_PARTITION, read_partition
+from airflow_cdc.sources.read_errors import read_with_retries
 
 DEFAULTS = {"heartbeat_seconds": 1.0, "read_timeout_seconds": 300.0,
             "evidence_delay_seconds": 5.0, "probe_seconds": 5.0}
@@ -170,10 +171,13 @@ class BigtableChangeStreamSource(ChangeSource):
         timeout = float(self.settings["read_timeout_seconds"])
         if unconfirmed:  # the policy opened it: read what arrived, do not wait for the rest
             timeout = min(timeout, 3 * float(self.settings["heartbeat_seconds"]) + 5)
-        read = read_partition(
-            self.connection, window, position, stream=window.stream_id,
-            heartbeat=timedelta(seconds=float(self.settings["heartbeat_seconds"])),
-            deadline=timedelta(seconds=timeout),
+        read = read_with_retries(
+            lambda: read_partition(
+                self.connection, window, position, stream=window.stream_id,
+                heartbeat=timedelta(seconds=float(self.settings["heartbeat_seconds"])),
+                deadline=timedelta(seconds=timeout),
+            ),
+            partition=position.partition_id, window=window,
         )
         outcome = read.outcome
         if unconfirmed and not outcome.finished and outcome.watermark < window.end:

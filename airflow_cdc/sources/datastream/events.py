@@ -57,6 +57,7 @@ from airflow_cdc.model import (
     Op,
     encode_ordering_key,
 )
+from airflow_cdc.sources.base import lone_surrogate_in
 from airflow_cdc.sources.datastream.types import payload_column_types
 
 UTC = timezone.utc
@@ -73,8 +74,17 @@ class MalformedEventError(CdcError, ValueError):
     """An event that cannot become a change row; it goes to the dead-letter table."""
 
 
+_LONE_SURROGATE = (
+    "line holds a lone surrogate (a \\udXXX escape without its pair): no UTF-8 text can hold "
+    "it, and the changelog would keep U+FFFD in its place")
+
+
 def source_database(read_method: str) -> str:
     """``mysql``, ``oracle``, ``postgresql`` or ``sqlserver`` from the event's read_method."""
+    if not isinstance(read_method, (str, type(None))):
+        raise MalformedEventError(
+            f"read_method {read_method!r} is a {type(read_method).__name__}, not text naming the "
+            f"source (seed 001, generic metadata)")
     method = (read_method or "").lower()
     for prefix, kind in (("mysql", "mysql"), ("oracle", "oracle"), ("postgres", "postgresql"),
                          ("sqlserver", "sqlserver")):
@@ -97,14 +107,20 @@ def parse_event_time(name: str, value: object) -> datetime:
     if isinstance(value, bool) or value is None or value == "":
         raise MalformedEventError(f"{name} {value!r} is not a timestamp: Datastream always sets it")
     if isinstance(value, (int, float, Decimal)) or (isinstance(value, str) and value.strip().isdigit()):
-        return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
+        try:
+            return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
+        except (ValueError, OverflowError, OSError):
+            raise MalformedEventError(
+                f"{name} {value!r} is not epoch milliseconds of an instant in the years 1 to 9999"
+            ) from None
     try:
         parsed = datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
-    except ValueError:
+        return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
+    except (ValueError, OverflowError):
         raise MalformedEventError(
-            f"{name} {value!r} is neither epoch milliseconds nor ISO-8601 text"
+            f"{name} {value!r} is neither epoch milliseconds nor ISO-8601 text of an instant in "
+            f"the years 1 to 9999"
         ) from None
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).astimezone(UTC)
 
 
 def lsn_number(lsn: object) -> tuple[int, ...]:
@@ -116,12 +132,14 @@ def lsn_number(lsn: object) -> tuple[int, ...]:
     try:
         if "/" in text:
             high, low = text.split("/", 1)
-            return ((int(high, 16) << 32) | int(low, 16),)
-        if ":" in text:
-            return tuple(int(part, 16) for part in text.split(":"))
-        if text.lower().startswith("0x"):
-            return (int(text, 16),)
-        return (int(text),)
+            parts: tuple[int, ...] = ((int(high, 16) << 32) | int(low, 16),)
+        elif ":" in text:
+            parts = tuple(int(part, 16) for part in text.split(":"))
+        elif text.lower().startswith("0x"):
+            parts = (int(text, 16),)
+        else:
+            parts = (int(text),)
+        return tuple(_within_64_bits("lsn", lsn, part) for part in parts)
     except ValueError:
         raise MalformedEventError(
             f"lsn {lsn!r} is not a log sequence number: expected X/Y (PostgreSQL) or "
@@ -135,7 +153,8 @@ def rs_id_number(rs_id: object) -> tuple[int, ...]:
     if text.startswith("0x"):
         text = text[2:]
     try:
-        return tuple(int(part, 16) for part in text.split(".") if part.strip())
+        parts = tuple(int(part, 16) for part in text.split(".") if part.strip())
+        return tuple(_within_64_bits("rs_id", rs_id, part) for part in parts)
     except ValueError:
         raise MalformedEventError(
             f"rs_id {rs_id!r} is not an Oracle record set id like 0x0073c9.000a4e4c.01d0"
@@ -150,9 +169,19 @@ def _log_file_parts(log_file: object) -> tuple[str, int]:
 
 def _int(name: str, value: object) -> int:
     try:
-        return int(value)
-    except (TypeError, ValueError):
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
         raise MalformedEventError(f"{name} {value!r} is not an integer") from None
+    return _within_64_bits(name, value, number)
+
+
+def _within_64_bits(name: str, value: object, number: int) -> int:
+    """``number`` (read from ``value``), refused when an ordering key cannot hold it."""
+    if not -(1 << 63) <= number < (1 << 63):
+        raise MalformedEventError(
+            f"{name} {value!r} does not fit in a signed 64-bit integer: no source position is "
+            f"that large")
+    return number
 
 
 def change_rank(event: dict) -> int:
@@ -240,10 +269,15 @@ def key_columns(
     if given:
         return [str(k) for k in given], "declared"
     meta = event.get("source_metadata") or {}
-    if meta.get("primary_keys"):
-        return [str(k) for k in meta["primary_keys"]], "primary_keys"
-    if kind == "sqlserver" and meta.get("replication_index"):
-        return [str(k) for k in meta["replication_index"]], "replication_index"
+    for field, rule in (("primary_keys", True), ("replication_index", kind == "sqlserver")):
+        names = meta.get(field)
+        if not rule or not names:
+            continue
+        if not isinstance(names, list):
+            raise MalformedEventError(
+                f"source_metadata.{field} {names!r} of event {event.get('uuid')} is a "
+                f"{type(names).__name__}, not a list of column names")
+        return [str(k) for k in names], field
     if kind == "oracle":
         return [ORACLE_ROW_ID_COLUMN], ORACLE_ROW_ID_COLUMN
     raise MalformedEventError(
@@ -366,6 +400,11 @@ def json_line_event(line: str) -> dict:
         event = json.loads(line, parse_float=Decimal)
     except ValueError:
         raise MalformedEventError("line is not a JSON object") from None
+    except RecursionError:
+        raise MalformedEventError(
+            "line nests arrays or objects deeper than the JSON parser reads") from None
     if not isinstance(event, dict):
         raise MalformedEventError(f"line is not a JSON object but a {type(event).__name__}")
+    if lone_surrogate_in(line, event):
+        raise MalformedEventError(_LONE_SURROGATE)
     return event

@@ -17,7 +17,9 @@ dead letters' commit, the outcome file). What is Datastream's own:
 3. Duplicates by uuid are dropped within the window here, and against every event id already
    in the changelog by :func:`drop_seen_events` (Datastream delivers at least once, and a
    duplicate may come windows later).
-4. Malformed lines, files and events become dead letters with the reason.
+4. Malformed lines, files and events become dead letters with the reason; a corrupt Avro
+   block too (its bytes), the file's other blocks are read (:mod:`.avro_blocks`). A planned
+   file that is gone fails the window naming it and the fix, before anything is read.
 5. The outcome: every file finished; the progress partition at the newest read_timestamp
    minus the allowed lateness (or at the window end when an idle source is declared
    complete, counted as ``idle_declared``).
@@ -28,7 +30,6 @@ Airflow side imports too.
 
 from __future__ import annotations
 
-import io
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -37,6 +38,8 @@ from airflow_cdc.faults import crash_point
 from airflow_cdc.model import CHANGELOG_COLUMNS, PartitionOutcome, parse_ts
 from airflow_cdc.sources.base import DeadLetter, WindowRead, changelog_tuple, dead_letter_tuple
 from airflow_cdc.sources.datastream import PROGRESS_PARTITION
+from airflow_cdc.sources.datastream.avro_blocks import read_avro_blocks
+from airflow_cdc.sources.read_errors import planned_files_missing
 from airflow_cdc.sources.datastream.events import (
     ORACLE_ROW_ID_COLUMN,
     MalformedEventError,
@@ -79,22 +82,45 @@ def map_event(stream: str, window_id: str, partition_id: str, event, tables: Tab
             event, stream, window_id, partition_id,
             table_keys=tables.keys, declared_types=tables.types, schema_types=schema_types,
         )
-    except (MalformedEventError, TypeError, ValueError, KeyError, OverflowError) as error:
+        values = changelog_tuple(row)
+    except MalformedEventError as error:
         return dead_letter(stream, window_id, partition_id, event, str(error))
+    except Exception as error:  # noqa: BLE001 - whatever an event holds, it never fails the window
+        return dead_letter(stream, window_id, partition_id, event,
+                           f"event {_event_name(event)} cannot be mapped ({type(error).__name__}: {error})")
     by_row_id = row.source_metadata["keyed_by"] == ORACLE_ROW_ID_COLUMN
-    return ("row", changelog_tuple(row), row.source_metadata["read_timestamp"],
+    return ("row", values, row.source_metadata["read_timestamp"],
             row.source_table if by_row_id else None)
 
 
+def _event_name(event) -> str:
+    uuid = event.get("uuid") if isinstance(event, dict) else None
+    return repr(uuid)[:100] if uuid is not None else "without a uuid"
+
+
+def _raw_text(raw) -> str:
+    """The dead letter's copy of ``raw``: the line itself, or the event as JSON (its repr, cut,
+    when even that fails: a structure nested deeper than Python's recursion limit)."""
+    if isinstance(raw, str):
+        return raw
+    try:
+        return json.dumps(normalize_value(raw), default=str)
+    except Exception:  # noqa: BLE001 - the dead letter must be written whatever the event holds
+        try:
+            return repr(raw)[:100_000]
+        except Exception:  # noqa: BLE001
+            return f"<a {type(raw).__name__} that cannot be written as text>"
+
+
 def dead_letter(stream: str, window_id: str, partition_id: str, raw, reason: str) -> tuple:
-    text = raw if isinstance(raw, str) else json.dumps(normalize_value(raw), default=str)
     is_event = isinstance(raw, dict)
+    table, uuid = (raw.get("object"), raw.get("uuid")) if is_event else (None, None)
     dead = DeadLetter(
         partition_id=partition_id,
-        raw=text,
+        raw=_raw_text(raw),
         reason=reason,
-        source_table=raw.get("object") if is_event else None,
-        event_id=raw.get("uuid") if is_event else None,
+        source_table=table if isinstance(table, str) else None,
+        event_id=uuid if isinstance(uuid, str) else None,
     )
     read_ms = None
     if is_event:
@@ -116,23 +142,57 @@ def json_line_results(stream: str, window_id: str, tables: TableSettings, row) -
 
 def avro_file_results(stream: str, window_id: str, tables: TableSettings, path: str,
                       content: bytes) -> list[tuple]:
-    """Every event of one Avro file through fastavro; an unreadable file is one dead letter."""
-    import fastavro
-
+    """Every event of one Avro file through fastavro, block by block: a corrupt block is one
+    dead letter (its bytes, number and byte range) and the file's other blocks are read; a
+    file whose header is unreadable is one dead letter."""
     path = normal_path(path)
     try:
-        reader = fastavro.reader(io.BytesIO(content))
-        payload = AvroPayload(reader.writer_schema)
-        records = list(reader)
-    except Exception as error:  # noqa: BLE001 - any decoding failure makes the file a dead letter
-        return [dead_letter(stream, window_id, path, f"<{len(content)} bytes of Avro>",
+        blocks = read_avro_blocks(content)
+        payload = AvroPayload(blocks.writer_schema)
+    except Exception as error:  # noqa: BLE001 - an unreadable header makes the file a dead letter
+        return [dead_letter(stream, window_id, path, avro_bytes_text(path, content, 0, len(content)),
                             f"file is not readable Avro ({type(error).__name__}: {error})")]
-    results = []
-    for record in records:
+    records = blocks.records
+    results = [
+        dead_letter(stream, window_id, path, avro_bytes_text(path, content, block.start, block.end),
+                    f"Avro block {block.index} of file {path} (bytes {block.start}-{block.end}) is "
+                    f"corrupt ({block.error}): its records are not read, the file's other blocks "
+                    f"are; the block's bytes are kept here")
+        for block in blocks.corrupt
+    ]
+    for index, record in enumerate(records):
         if isinstance(record, dict) and "payload" in record:
-            record = {**record, "payload": payload.decode(record["payload"])}
+            try:
+                record = {**record, "payload": payload.decode(record["payload"])}
+            except Exception as error:  # noqa: BLE001 - one record's values fail it alone
+                results.append(dead_letter(
+                    stream, window_id, path, record,
+                    f"record {index} ({_event_name(record)}) has a payload value its writer schema's "
+                    f"type cannot hold ({type(error).__name__}: {error})"))
+                continue
         results.append(map_event(stream, window_id, path, record, tables, payload.types))
     return results
+
+
+def missing_files(spark, paths: list[str]) -> list[str]:
+    """The ``paths`` that do not exist, asked of the file system Spark reads them with (a
+    local folder, ``gs://`` through the cluster's connector ...), on the driver."""
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    gone = []
+    for path in paths:
+        hadoop_path = jvm.org.apache.hadoop.fs.Path(path)
+        if not hadoop_path.getFileSystem(conf).exists(hadoop_path):
+            gone.append(path)
+    return gone
+
+
+def avro_bytes_text(path: str, content: bytes, start: int, end: int) -> str:
+    """Bytes ``[start, end)`` of an Avro file as dead-letter text (base64, with where they lie)."""
+    import base64
+
+    return json.dumps({"file": path, "bytes": [start, end],
+                       "base64": base64.b64encode(content[start:end]).decode("ascii")})
 
 
 def read_events(spark, stream: str, window_id: str, json_files: list[str], avro_files: list[str],
@@ -198,6 +258,9 @@ def read_window(spark, plan) -> WindowRead:
         keys=table_keys(plan.source, options),
         types=declared_column_types(plan.source.get("column_types"), stream),
     )
+    gone = missing_files(spark, [p.partition_id for p in files])
+    if gone:
+        raise planned_files_missing(gone, window)
     results = read_events(
         spark, stream, window_id,
         [p.partition_id for p in files if p.resume_position == "json"],

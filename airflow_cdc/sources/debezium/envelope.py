@@ -75,6 +75,7 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 from airflow_cdc.model import ChangeRow, Image, Op, value_text
+from airflow_cdc.sources.base import lone_surrogate_in
 from airflow_cdc.sources.debezium.errors import KeylessTableError, MalformedEventError
 from airflow_cdc.sources.debezium.ordering import (
     POSTGRESQL,
@@ -256,8 +257,14 @@ def decode_value(line: str | bytes) -> tuple[object, dict] | None:
         value = json.loads(text, parse_float=Decimal)
     except ValueError as exc:
         raise MalformedEventError(f"line is not JSON ({exc.args[0] if exc.args else exc})") from None
+    except RecursionError:
+        raise MalformedEventError("line nests arrays or objects deeper than the JSON parser reads") from None
     if not isinstance(value, dict):
         raise MalformedEventError(f"line is a JSON {type(value).__name__}, not an object or null")
+    if lone_surrogate_in(text, value):
+        raise MalformedEventError(
+            "line holds a lone surrogate (a \\udXXX escape without its pair): no UTF-8 text can "
+            "hold it, and the changelog would keep U+FFFD in its place")
     schema = None
     if set(value) == {"schema", "payload"}:  # schemas.enable=true
         schema, value = value["schema"], value["payload"]
@@ -338,7 +345,7 @@ def _row_schema(schema: object) -> dict | None:
     fields = schema.get("fields") if isinstance(schema, dict) else None
     if not isinstance(fields, list):
         raise MalformedEventError("schema part is not an envelope struct with fields")
-    by_name = {f.get("field"): f for f in fields if isinstance(f, dict)}
+    by_name = {f.get("field"): f for f in fields if isinstance(f, dict) and isinstance(f.get("field"), str)}
     for name in ("after", "before"):
         if isinstance(by_name.get(name), dict) and by_name[name].get("type") == "struct":
             return by_name[name]
@@ -391,7 +398,18 @@ def _heartbeat(value: dict) -> Heartbeat:
     ts_ms = _optional_int("heartbeat ts_ms", value.get("ts_ms"))
     if ts_ms is None:
         raise MalformedEventError(f"heartbeat has no ts_ms (fields {sorted(value)})")
+    _instant("heartbeat ts_ms", ts_ms, 1_000)
     return Heartbeat(ts_ms)
+
+
+def _instant(name: str, ticks: int, per_second: int) -> datetime:
+    """``ticks`` (``per_second`` of them a second) since the epoch as an instant; refused
+    naming ``name`` when no timestamp of the years 1 to 9999 is that far from the epoch."""
+    try:
+        return _EPOCH + timedelta(microseconds=ticks * (1_000_000 // per_second))
+    except OverflowError:
+        raise MalformedEventError(
+            f"{name} {ticks!r} is not an instant in the years 1 to 9999") from None
 
 
 def _optional_int(name: str, value: object) -> int | None:
@@ -580,7 +598,10 @@ class _Conversions:
 
 def _conversions(event: ChangeEvent, table: str, column_types: Mapping | None) -> _Conversions:
     if event.row_schema is not None:
-        return _Conversions(row_conversions(event.row_schema), {}, table)
+        try:
+            return _Conversions(row_conversions(event.row_schema), {}, table)
+        except MalformedEventError as exc:
+            raise type(exc)(f"table {table!r}: {exc}") from None
     return _Conversions(None, dict((column_types or {}).get(table) or {}), table)
 
 
@@ -604,9 +625,10 @@ def _commit_ts(event: ChangeEvent) -> datetime:
     for name, per_second in (("ts_us", 1_000_000), ("ts_ms", 1_000)):
         ticks = source.get(name)
         if isinstance(ticks, int) and not isinstance(ticks, bool):
-            return _EPOCH + timedelta(microseconds=ticks * (1_000_000 // per_second))
+            return _instant(f"source.{name} of the {event.op} event of {event.source_table!r}",
+                            ticks, per_second)
     if event.ts_ms is not None:
-        return _EPOCH + timedelta(milliseconds=event.ts_ms)
+        return _instant(f"ts_ms of the {event.op} event of {event.source_table!r}", event.ts_ms, 1_000)
     raise MalformedEventError(f"{event.op} event of {event.source_table!r} has no source.ts_ms nor ts_ms")
 
 

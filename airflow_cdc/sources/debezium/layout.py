@@ -193,7 +193,7 @@ def files_from(
     return WindowFiles(topic, partition, resume_offset, chosen, gap)
 
 
-def read_sink_file(reader: Reader, sink_file: SinkFile, from_offset: int = 0) -> Iterator[tuple[int, str]]:
+def read_sink_file(reader: Reader, sink_file: SinkFile, from_offset: int = 0) -> Iterator[tuple[int, str | bytes]]:
     """(offset, line) of each record of ``sink_file`` at ``from_offset`` or beyond, gzip or not.
 
     A record's offset is the file's start offset plus its line index. The newline ending the
@@ -206,20 +206,19 @@ def read_sink_file(reader: Reader, sink_file: SinkFile, from_offset: int = 0) ->
             data = gzip.decompress(data)
         except (OSError, EOFError) as exc:
             raise SinkLayoutError(f"sink file {sink_file.path} is not gzip data ({exc})") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SinkLayoutError(
-            f"sink file {sink_file.path} is not UTF-8 text ({exc}): the JSON converter writes "
-            f"UTF-8, so the file is damaged; replace it from the topic"
-        ) from None
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
+    # Split before decoding (a newline byte is never part of a UTF-8 sequence): a line that
+    # is not UTF-8 is handed over as bytes, which the source dead-letters alone.
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
         lines.pop()
-    for index, line in enumerate(lines):
+    for index, raw in enumerate(lines):
         offset = sink_file.start_offset + index
         if offset >= from_offset:
-            yield offset, line.removesuffix("\r")
+            raw = raw.removesuffix(b"\r")
+            try:
+                yield offset, raw.decode("utf-8")
+            except UnicodeDecodeError:
+                yield offset, raw
 
 
 def local_lister(path_prefix: str) -> list[str]:

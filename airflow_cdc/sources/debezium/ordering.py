@@ -131,7 +131,8 @@ def binlog_position(source: Mapping) -> tuple[int, int, int]:
             f"MySQL connector sets it on every event"
         )
     pos = _whole("source.pos", source.get("pos"))
-    return int(match.group(2)), pos, _whole("source.row", source.get("row") or 0)
+    number = _whole(f"source.file {file_name!r}'s number", match.group(2))
+    return number, pos, _whole("source.row", source.get("row") or 0)
 
 
 def op_rank(op: str) -> int:

@@ -45,6 +45,7 @@ from typing import Any
 
 from airflow_cdc.model import PartitionOutcome, PartitionPosition, Readiness, Window, format_ts
 from airflow_cdc.sources.base import ChangeSource, DeadLetter, Discovery, PartitionRead
+from airflow_cdc.sources.read_errors import planned_files_missing
 from airflow_cdc.sources.debezium.envelope import (
     DEFAULT_PLACEHOLDER,
     HEARTBEAT_TOPIC_PREFIX,
@@ -228,8 +229,7 @@ class DebeziumSource(ChangeSource):
     def _newest_heartbeat(self, listing: SinkListing, reader) -> datetime | None:
         topic, part = parse_partition_id(self.heartbeat_partition)
         for sink_file in reversed(listing.of(topic, part)):
-            beats = [parse_line(line) for _, line in read_sink_file(reader, sink_file)]
-            times = [b.at for b in beats if isinstance(b, Heartbeat)]
+            times = [beat.at for beat in _heartbeats(read_sink_file(reader, sink_file))]
             if times:
                 return max(times)
         return None
@@ -305,12 +305,21 @@ class DebeziumSource(ChangeSource):
         resume = int(position.resume_position or 0)
         end_ms = (window.end - datetime(1970, 1, 1, tzinfo=window.end.tzinfo)) // timedelta(milliseconds=1)
         for relative in planned:
-            for offset, line in read_sink_file(reader, self._planned_file(relative), resume):
+            for offset, line in self._planned_file_lines(reader, window, relative, resume):
                 if topic == self.transaction_topic and _transaction_at_or_after(line, end_ms):
                     return
                 if topic == self.notification_topic and _notification_at_or_after(line, end_ms):
                     return
                 yield offset, line
+
+    def _planned_file_lines(self, reader, window: Window, relative: str, resume: int):
+        """(offset, line) of one planned file; a file gone since the plan fails the window,
+        naming it and the fix (:func:`~airflow_cdc.sources.read_errors.planned_files_missing`)."""
+        sink_file = self._planned_file(relative)
+        try:
+            yield from read_sink_file(reader, sink_file, resume)
+        except FileNotFoundError as error:  # a local file, or SinkFileMissingError (gs://)
+            raise planned_files_missing([sink_file.path], window) from error
 
     def read_partition(self, window: Window, position: PartitionPosition) -> PartitionRead:
         from airflow_cdc.model import parse_ts
@@ -331,11 +340,17 @@ class DebeziumSource(ChangeSource):
             except MalformedEventError as error:
                 dead.append(DeadLetter(position.partition_id, line, str(error),
                                        event_id=f"{position.partition_id}@{offset}"))
+            except Exception as error:  # noqa: BLE001 - whatever a line holds, it never fails the window
+                dead.append(DeadLetter(
+                    position.partition_id, line,
+                    f"line at offset {offset} of {position.partition_id} cannot be mapped "
+                    f"({type(error).__name__}: {error})",
+                    event_id=f"{position.partition_id}@{offset}"))
         watermark = window.end
         if evidence is not None:
             watermark = max(position.start, min(parse_ts(evidence), window.end))
         outcome = PartitionOutcome(position.partition_id, False, watermark,
-                                   records=sum(counts[n] for n in LINE_COUNTS) + len(dead),
+                                   records=sum(counts[n] for n in LINE_COUNTS if n != "truncates") + len(dead),
                                    resume_position=str(next_offset))
         return PartitionRead(rows=tuple(rows), outcome=outcome, dead_letters=tuple(dead),
                              counts=counts)
@@ -463,6 +478,18 @@ class DebeziumSource(ChangeSource):
             bucket, _, path = self.prefix[len("gs://"):].partition("/")
             return [(f"gs://{bucket}", path or "/")]
         return [("file", self.prefix)]
+
+
+def _heartbeats(lines):
+    """The heartbeats among (offset, line) pairs of a heartbeat file. A line that is not one
+    is no evidence; the extract sends it to the dead-letter table with the reason."""
+    for _, line in lines:
+        try:
+            event = parse_line(line)
+        except MalformedEventError:
+            continue
+        if isinstance(event, Heartbeat):
+            yield event
 
 
 def _notification_at_or_after(line: str, end_ms: int) -> bool:

@@ -30,6 +30,10 @@ class SinkStorageError(CdcError, LookupError):
     """The sink's bucket or file cannot be reached (missing, or no permission to read it)."""
 
 
+class SinkFileMissingError(SinkStorageError, FileNotFoundError):
+    """A sink file is not in the bucket (a local one raises FileNotFoundError itself)."""
+
+
 def is_gs_uri(path: str) -> bool:
     return str(path).startswith(GS_SCHEME)
 
@@ -115,7 +119,7 @@ def _reaching(path: str, action: str) -> Iterator[None]:
                 f"({error.message}); check the stream's prefix against the sink connector's "
                 f"gcs.bucket.name"
             ) from None
-        raise SinkStorageError(
+        raise SinkFileMissingError(
             f"cannot read the Debezium sink file {path}: it does not exist ({error.message}); "
             f"sink files must stay until the windows reading them have committed (check the "
             f"bucket's lifecycle and retention rules)"

@@ -363,6 +363,11 @@ def column_conversion(column: str, schema: Mapping) -> ColumnConversion:
     if not isinstance(schema, Mapping):
         raise MalformedEventError(f"column {column!r} has no schema object but {_shown(schema)}")
     kind, name = schema.get("type"), schema.get("name")
+    for part, text in (("type", kind), ("name", name)):
+        if text is not None and not isinstance(text, str):
+            raise MalformedEventError(
+                f"column {column!r}: schema {part} {_shown(text)} is not text (Kafka Connect "
+                f"names types with strings)")
     if name == CONNECT_DECIMAL:
         parameters = schema.get("parameters") or {}
         try:

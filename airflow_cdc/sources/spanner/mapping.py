@@ -7,8 +7,12 @@ parts only order records of one transaction, which record_sequence does.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 from airflow_cdc.model import ChangeRow, Image, Op, encode_ordering_key
-from airflow_cdc.sources.spanner.records import DataChangeRecord
+from airflow_cdc.sources.base import DeadLetter
+from airflow_cdc.sources.spanner.records import DataChangeRecord, MalformedRecord
 from airflow_cdc.sources.spanner.types import change_row_type
 
 # Value capture types whose UPDATE images carry only the changed columns.
@@ -32,6 +36,16 @@ def change_rows(
         else Image.FULL
     )
     sequence = _sequence_part(record.record_sequence)
+    # One dict for the record's rows (never changed): the changelog writes its JSON once.
+    metadata = {
+        "record_sequence": record.record_sequence,
+        "mod_type": record.mod_type,
+        "value_capture_type": record.value_capture_type,
+        "transaction_tag": record.transaction_tag,
+        "is_system_transaction": record.is_system_transaction,
+        "number_of_records_in_transaction": record.number_of_records_in_transaction,
+        "number_of_partitions_in_transaction": record.number_of_partitions_in_transaction,
+    }
     rows = []
     for index, mod in enumerate(record.mods):
         rows.append(
@@ -52,20 +66,35 @@ def change_rows(
                 transaction_id=record.server_transaction_id,
                 event_id=f"{record.server_transaction_id}/{record.record_sequence}/{index}",
                 partition_id=partition_id,
-                source_metadata={
-                    "record_sequence": record.record_sequence,
-                    "mod_type": record.mod_type,
-                    "value_capture_type": record.value_capture_type,
-                    "transaction_tag": record.transaction_tag,
-                    "is_system_transaction": record.is_system_transaction,
-                    "number_of_records_in_transaction": record.number_of_records_in_transaction,
-                    "number_of_partitions_in_transaction": (
-                        record.number_of_partitions_in_transaction
-                    ),
-                },
+                source_metadata=metadata,
             )
         )
     return rows
+
+
+def rows_or_dead_letter(
+    record: DataChangeRecord | MalformedRecord, stream: str, window_id: str, partition_id: str
+) -> tuple[list[ChangeRow], DeadLetter | None]:
+    """The change rows of one data change record, or none and its dead letter: for a record
+    without the documented shape, or one whose values cannot become change rows (an INT64
+    that is no integer, a record sequence beyond 64 bits), naming the record and the fault."""
+    if isinstance(record, MalformedRecord):
+        event_id = (f"{record.server_transaction_id}/{record.record_sequence}"
+                    if record.server_transaction_id and record.record_sequence else None)
+        return [], DeadLetter(partition_id, record.raw, record.reason,
+                              source_table=record.table_name, event_id=event_id)
+    try:
+        return change_rows(record, stream, window_id, partition_id), None
+    except Exception as exc:  # noqa: BLE001 - the record is kept whole with the reason
+        return [], DeadLetter(
+            partition_id,
+            json.dumps(dataclasses.asdict(record), default=str, sort_keys=True),
+            f"data_change_record (table_name {record.table_name!r}, server_transaction_id "
+            f"{record.server_transaction_id!r}, record_sequence {record.record_sequence!r}) "
+            f"cannot become change rows ({type(exc).__name__}: {exc})",
+            source_table=record.table_name,
+            event_id=f"{record.server_transaction_id}/{record.record_sequence}",
+        )
 
 
 def _sequence_part(record_sequence: str) -> int | str:

@@ -4,7 +4,10 @@ Procedure for one partition (see the seed's "query workflow"):
 1. Query ``[start, window end - 1 µs]``: Spanner's end_timestamp is inclusive, windows are
    half-open, so a change at exactly the window end belongs to the next window.
 2. Data change records become change rows; their commit timestamps advance the watermark.
+   A record without the documented shape, or whose values cannot become change rows, goes
+   whole to the dead-letter table with the reason (it still counts for its transaction).
 3. Heartbeat records advance the watermark: everything up to their timestamp was returned.
+   A malformed one is dead-lettered and proves nothing.
 4. Child partitions records end the partition (I5): it is FINISHED and its children are
    reported to the lineage; the watermark is the children's start.
 5. A query that returns normally without child records, with progress evidence within one
@@ -24,14 +27,18 @@ from airflow_cdc.model import (
     PartitionOutcome,
     PartitionPosition,
     Window,
+    format_ts,
 )
 from airflow_cdc.sources.base import ChangeSource, PartitionRead, TransactionTally
-from airflow_cdc.sources.spanner.mapping import ORDERING_KEY_PARTS, change_rows
+from airflow_cdc.sources.read_errors import position_expired, read_with_retries
+from airflow_cdc.sources.spanner.mapping import ORDERING_KEY_PARTS, rows_or_dead_letter
 from airflow_cdc.sources.spanner.query import GOOGLE_SQL, INITIAL_PARTITION, build_query
 from airflow_cdc.sources.spanner.records import (
     ChildPartitionsRecord,
+    ChangeRecordParseError,
     DataChangeRecord,
     HeartbeatRecord,
+    MalformedRecord,
     parse_result_row,
 )
 
@@ -95,6 +102,7 @@ class SpannerChangeStreamSource(ChangeSource):
     ordering_key_parts = ORDERING_KEY_PARTS
     partitions_split = True
     airflow_hook = "airflow_cdc.hooks.spanner:SpannerChangeStreamHook"
+    proves_empty_windows = True  # bounded queries, read anywhere the client runs
 
     def __init__(
         self,
@@ -191,6 +199,8 @@ class SpannerChangeStreamSource(ChangeSource):
         return [PartitionPosition(partition_id=INITIAL_PARTITION, start=window.start)]
 
     def read_partition(self, window: Window, position: PartitionPosition) -> PartitionRead:
+        from google.api_core import exceptions
+
         query = build_query(
             self.dialect,
             self.stream_name,
@@ -201,49 +211,17 @@ class SpannerChangeStreamSource(ChangeSource):
         )
         if self._database is None:
             self._database = self.connection.open_database()
-        rows = []
-        tallies: dict[str, tuple[int, set[str]]] = {}
-        children: dict[str, ChildPartition] = {}
-        watermark = position.start
-        records = 0
-        last_log = time.monotonic()
-        with self._database.snapshot() as snapshot:
-            results = snapshot.execute_sql(
-                query.sql, params=query.params, param_types=query.param_types
-            )
-            for result_row in results:
-                for record in parse_result_row(result_row, results.fields, self.dialect):
-                    if isinstance(record, DataChangeRecord):
-                        records += 1
-                        rows.extend(
-                            change_rows(
-                                record, self.stream_id, window.window_id, position.partition_id
-                            )
-                        )
-                        expected, seen = tallies.setdefault(
-                            record.server_transaction_id,
-                            (record.number_of_records_in_transaction, set()),
-                        )
-                        seen.add(record.record_sequence)
-                        watermark = max(watermark, record.commit_timestamp)
-                    elif isinstance(record, HeartbeatRecord):
-                        watermark = max(watermark, record.timestamp)
-                    elif isinstance(record, ChildPartitionsRecord):
-                        watermark = max(watermark, record.start_timestamp)
-                        for child in record.child_partitions:
-                            parents = child.parent_partition_tokens or (position.partition_id,)
-                            children[child.token] = ChildPartition(
-                                partition_id=child.token,
-                                start=record.start_timestamp,
-                                parent_ids=tuple(parents),
-                            )
-                if time.monotonic() - last_log >= self.progress_every_seconds:
-                    last_log = time.monotonic()
-                    log.info(
-                        "partition %s: %d records, watermark %s, lag %s",
-                        position.partition_id, records, watermark.isoformat(),
-                        window.end - watermark,
-                    )
+        try:
+            # A read broken off mid-stream runs again whole (read_errors): nothing is kept of it.
+            read = read_with_retries(lambda: self._read_records(query, window, position),
+                                     partition=position.partition_id, window=window)
+        except exceptions.OutOfRange as error:
+            if "too far in the past" not in (error.message or ""):
+                raise
+            raise position_expired(
+                "Spanner", position.partition_id, window, f"start {format_ts(position.start)}",
+                error.message) from error
+        rows, dead, tallies, children, watermark, records = read
         finished = bool(children)
         if finished:
             # Everything before the children's start was returned (I5: the source said so).
@@ -270,8 +248,71 @@ class SpannerChangeStreamSource(ChangeSource):
         return PartitionRead(
             rows=tuple(rows),
             outcome=outcome,
+            dead_letters=tuple(dead),
             transactions=tuple(
-                TransactionTally(txn, expected, frozenset(seen))
-                for txn, (expected, seen) in tallies.items()
+                TransactionTally(txn, expected, frozenset(seen), commit_ts)
+                for txn, (expected, seen, commit_ts) in tallies.items()
             ),
         )
+
+    def _read_records(self, query, window: Window, position: PartitionPosition):
+        """One run of the partition's query: (rows, dead letters, transaction tallies, children,
+        watermark, data change records)."""
+        rows, dead = [], []
+        tallies: dict[str, tuple[int, set[str], datetime | None]] = {}
+        children: dict[str, ChildPartition] = {}
+        watermark = position.start
+        records = 0
+        last_log = time.monotonic()
+        with self._database.snapshot() as snapshot:
+            results = snapshot.execute_sql(
+                query.sql, params=query.params, param_types=query.param_types
+            )
+            for result_row in results:
+                try:
+                    parsed = parse_result_row(result_row, results.fields, self.dialect)
+                except ChangeRecordParseError as error:
+                    raise ChangeRecordParseError(
+                        f"partition {position.partition_id} of change stream "
+                        f"{self.stream_name!r}, window {window.window_id}: {error}") from error
+                for record in parsed:
+                    if isinstance(record, (DataChangeRecord, MalformedRecord)):
+                        mapped, dead_letter = rows_or_dead_letter(
+                            record, self.stream_id, window.window_id, position.partition_id
+                        )
+                        rows.extend(mapped)
+                        if dead_letter is not None:
+                            dead.append(dead_letter)
+                        if isinstance(record, MalformedRecord) and record.kind != "data_change_record":
+                            continue  # a malformed heartbeat: dead-lettered, no evidence
+                        records += 1
+                        # A dead-lettered record still counts for its transaction.
+                        if record.server_transaction_id and record.record_sequence and (
+                                record.number_of_records_in_transaction is not None):
+                            expected, seen, _ = tallies.setdefault(
+                                record.server_transaction_id,
+                                (record.number_of_records_in_transaction, set(),
+                                 getattr(record, "commit_timestamp", None)),
+                            )
+                            seen.add(record.record_sequence)
+                        if isinstance(record, DataChangeRecord):
+                            watermark = max(watermark, record.commit_timestamp)
+                    elif isinstance(record, HeartbeatRecord):
+                        watermark = max(watermark, record.timestamp)
+                    elif isinstance(record, ChildPartitionsRecord):
+                        watermark = max(watermark, record.start_timestamp)
+                        for child in record.child_partitions:
+                            parents = child.parent_partition_tokens or (position.partition_id,)
+                            children[child.token] = ChildPartition(
+                                partition_id=child.token,
+                                start=record.start_timestamp,
+                                parent_ids=tuple(parents),
+                            )
+                if time.monotonic() - last_log >= self.progress_every_seconds:
+                    last_log = time.monotonic()
+                    log.info(
+                        "partition %s: %d records, watermark %s, lag %s",
+                        position.partition_id, records, watermark.isoformat(),
+                        window.end - watermark,
+                    )
+        return rows, dead, tallies, children, watermark, records

@@ -285,14 +285,30 @@ class _TaskContext:
                     keys = {k: normalize(v, types.get(k, "")) for k, v in zip(plan.keys, values)}
                     yield ("key", read.table, key_text(keys))
                     continue
-                try:
-                    row = row_change(plan, values, stream=self.stream, window_id=self.window_id,
-                                     read_at=read.read_at)
-                except UnreadableRowError as error:
-                    raw = json.dumps([repr(v) for v in values])
-                    yield ("dead", read.table, dead_letter_tuple(self.stream, self.window_id,
-                           DeadLetter(read.table, raw, str(error), plan.table)))
-                    continue
-                if row.op == "DELETE":
-                    yield ("soft", read.table, None)
-                yield ("row", read.table, changelog_tuple(row))
+                yield from row_results(plan, values, table=read.table, stream=self.stream,
+                                       window_id=self.window_id, read_at=read.read_at)
+
+
+def row_results(plan: TablePlan, values, *, table: str, stream: str, window_id: str,
+                read_at: datetime) -> list[tuple]:
+    """What one result row of a window read becomes: ("row", table, changelog tuple), after
+    ("soft", table, None) for a soft delete; or one ("dead", table, dead-letter tuple) naming
+    the row and the fault, whatever the row holds (the window's other rows still land)."""
+    try:
+        if len(values) != len(plan.columns):
+            raise UnreadableRowError(
+                f"row of {plan.table} has {len(values)} values for its {len(plan.columns)} "
+                f"columns {[name for name, _ in plan.columns]}")
+        row = row_change(plan, values, stream=stream, window_id=window_id, read_at=read_at)
+        written = changelog_tuple(row)
+    except Exception as error:  # noqa: BLE001 - the row is kept with the reason
+        reason = str(error) if isinstance(error, UnreadableRowError) else (
+            f"row of {plan.table} cannot become a change row ({type(error).__name__}: {error})")
+        try:
+            raw = json.dumps([repr(v) for v in values])
+        except Exception:  # noqa: BLE001
+            raw = f"<a {type(values).__name__} of values>"
+        return [("dead", table, dead_letter_tuple(stream, window_id,
+                                                  DeadLetter(table, raw, reason, plan.table)))]
+    soft = [("soft", table, None)] if row.op == "DELETE" else []
+    return [*soft, ("row", table, written)]

@@ -1,0 +1,87 @@
+"""What the CDC view's API returns: JSON-ready dicts of streams, windows and partitions.
+
+Only what an operator of the pipeline needs to see: states, times, counts, durations, the DAG
+run of a window. Never a secret: the state store's URL is shown without its password, and
+partitions' resume positions (Spanner tokens, Bigtable continuation tokens) are left out.
+Instants are ISO-8601 UTC text (``2024-05-01T10:00:00.000000Z``), durations seconds.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow_cdc.model import format_ts
+from airflow_cdc.pipeline.stream_health import duration_text
+
+
+def _ts(value: datetime | None) -> str | None:
+    return format_ts(value) if value is not None else None
+
+
+def _run(run: tuple[str, str] | None) -> dict | None:
+    return {"dag_id": run[0], "run_id": run[1]} if run else None
+
+
+def window_brief(record) -> dict | None:
+    if record is None:
+        return None
+    return {
+        "start": _ts(record.start),
+        "end": _ts(record.end),
+        "state": record.state.value,
+        "low_watermark": _ts(record.low_watermark),
+    }
+
+
+def stream_payload(health) -> dict:
+    """A row of the streams table."""
+    return {
+        "stream_id": health.stream_id,
+        "source_kind": health.source_kind,
+        "state": health.state,
+        "windows": health.windows,
+        "windows_by_state": dict(health.windows_by_state),
+        "newest_window": window_brief(health.newest),
+        "last_complete_window": window_brief(health.last_complete),
+        "freshness_seconds": health.freshness_seconds,
+        "freshness": duration_text(health.freshness_seconds),
+        "lag_seconds": health.lag_seconds,
+        "lag": duration_text(health.lag_seconds),
+        "live_partitions": health.live_partitions,
+        "lagging_partitions": health.lagging_partitions,
+    }
+
+
+def window_payload(window) -> dict:
+    """A row of a stream's windows table."""
+    record = window.record
+    return {
+        **window_brief(record),
+        "attempt": record.attempt,
+        "changes": window.changes,
+        "dead_letters": window.dead_letters,
+        "partitions": (record.counts or {}).get("partitions"),
+        "lag_seconds": window.lag_seconds,
+        "lag": duration_text(window.lag_seconds),
+        "delay_seconds": window.delay_seconds,
+        "delay": duration_text(window.delay_seconds),
+        "step_seconds": dict(window.step_seconds),
+        "gate_reason": window.gate_reason,
+        "failure_reason": record.failure_reason,
+        "completeness_note": record.completeness_note,
+        "run": _run(window.run),
+    }
+
+
+def partition_payload(partition) -> dict:
+    """A row of a stream's partitions table (no resume position: it may be a token)."""
+    return {
+        "partition_id": partition.partition_id,
+        "state": partition.state,
+        "watermark": _ts(partition.watermark),
+        "since": _ts(partition.since),
+        "lag_seconds": partition.lag_seconds,
+        "lag": duration_text(partition.lag_seconds),
+        "lagging": partition.lagging,
+        "stalled": partition.stalled,
+    }

@@ -1,0 +1,270 @@
+"""Benchmark of one window end to end through real Airflow, against the floor of a Spark step.
+
+    .venv/bin/python bench/window.py            # windows of 0 and 1,000 changes (make bench)
+    .venv/bin/python bench/window.py --full     # 0, 1,000, 100,000 and 1,000,000 changes
+
+For each size, a fresh world (not timed): an Airflow home (a copy of one migrated metadata
+DB), a state store, an Iceberg warehouse, and the Spanner emulator on 127.0.0.1 serving a
+generated history with no partition churn (``--partitions`` partitions) at a rate that puts
+the requested number of changes in the measured window. The example DAG
+(``dags/spanner_change_stream_to_iceberg.py``, configured by environment as ``make demo``
+configures it) then runs two windows through ``dag.test``, both in one process of their own
+(as a long-running Airflow runs window after window, the measured window pays neither an
+interpreter start nor Airflow's one-time set-up such as its in-process API app):
+
+1. a warm-up window of one minute, ``[T0 - 1 min, T0)``, holding a tenth of the changes:
+   the stream's first window creates its changelog and target tables, which every later
+   window finds;
+2. the measured window of ten minutes, ``[T0, T0 + 10 min)``: the stream's steady state.
+
+``window_seconds`` is the wall time of the measured window's ``dag.test`` call (its five
+protocol tasks and the DAG's ``report`` task, as Airflow ran them); the per-task figures are
+the durations of the task instances Airflow recorded. The floor, measured in the same run
+(the median of three, one right before the measured window and two right after it): one
+bare ``spark-submit`` (the local runner's command line) of an
+empty PySpark application with the same Iceberg configuration (``iceberg_job_spec``), from
+its start to its exit: the JVM and the SparkSession every Spark step pays at least once.
+
+Prints one line per size (details on stderr):
+``bench window: changes=<n> window_seconds=<s> floor_seconds=<s> ratio=<r> plan=<s>
+extract=<s> commit=<s> apply=<s> gate=<s>``, where ``changes`` is the number the window
+recorded. The target is ratio <= 2.0 for 0 and 1,000 changes. Not a test: nothing here
+asserts on time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+DAG_ID = "spanner_change_stream_to_iceberg"
+DAG_FILE = ROOT / "dags" / "spanner_change_stream_to_iceberg.py"
+GROUP = "all_changes"
+STEPS = ("plan", "extract", "commit", "apply", "gate")
+# The measured window starts at T0; the warm-up window is the minute before it.
+T0 = datetime(2025, 1, 6, 8, 10, tzinfo=timezone.utc)
+WARM_UP = timedelta(minutes=1)
+MEASURED = timedelta(minutes=10)
+QUICK_SIZES = (0, 1_000)
+FULL_SIZES = (0, 1_000, 100_000, 1_000_000)
+EMPTY_APPLICATION = "from pyspark.sql import SparkSession\nSparkSession.builder.getOrCreate().stop()\n"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--full", action="store_true", help="the issue's sizes: 0, 1k, 100k, 1M")
+    parser.add_argument("--sizes", help="comma-separated change counts (overrides --full)")
+    parser.add_argument("--partitions", type=int, default=4, help="partitions of the stream (default 4)")
+    parser.add_argument("--base", help="working folder (default: a temporary one, removed)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="INFO task logs in <base>/changes-<n>/windows.log (default: warnings)")
+    parser.add_argument("--profile", action="store_true",
+                        help="cProfile each dag.test into <base>/changes-<n>/window-<end>.prof")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # internal: run one window's DAG run
+    args = parser.parse_args(argv)
+    if args.sizes:
+        args.sizes = tuple(int(s) for s in args.sizes.split(","))
+    else:
+        args.sizes = FULL_SIZES if args.full else QUICK_SIZES
+    if any(s < 0 for s in args.sizes) or args.partitions < 1:
+        parser.error("--sizes must be counts >= 0 and --partitions at least 1")
+    return args
+
+
+# --- the child: the two windows of one size, in one process ------------------------------------
+def run_child(plan_json: str) -> int:
+    """Run the warm-up window, the floor, then the measured window, each window with ``dag.test``
+    in this process (as a long-running Airflow would, the measured window pays no interpreter
+    start nor Airflow's one-time set-up); print the figures as JSON."""
+    plan = json.loads(plan_json)
+    warm = run_dag_window(datetime.fromisoformat(plan["warm_up_end"]), plan["warm_up_minutes"])
+    print(f"bench window: warm-up window {warm['seconds']:.1f} s", file=sys.stderr, flush=True)
+    # The floor: the median of three bare spark-submits, one before the measured window and
+    # two after it (on a shared machine a single one varies by half).
+    floors = [floor_seconds(Path(plan["base"]))]
+    end = datetime.fromisoformat(plan["end"])
+    measured = run_dag_window(end, plan["minutes"])
+    floors += [floor_seconds(Path(plan["base"])) for _ in range(2)]
+    print(f"bench window: floors {', '.join(f'{f:.1f}' for f in floors)} s", file=sys.stderr, flush=True)
+    measured.update(floor_seconds=statistics.median(floors), changes=recorded_changes(end))
+    print("BENCH-WINDOW " + json.dumps(measured), flush=True)
+    return 0
+
+
+def run_dag_window(end: datetime, minutes: int) -> dict:
+    """The DAG's window ending ``end`` (``minutes`` long) through ``dag.test``: its wall time
+    and the durations of its task instances; raises unless the run succeeded."""
+    from airflow.dag_processing.dagbag import DagBag
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    os.environ["CDC_WINDOW_MINUTES"] = str(minutes)  # read when the DAG file is parsed
+    bag = DagBag(str(DAG_FILE))
+    dag = bag.get_dag(DAG_ID)
+    if dag is None:
+        raise SystemExit(f"bench window: the DAG does not import: {bag.import_errors}")
+    profile_to = os.environ.get("BENCH_WINDOW_PROFILE")
+    profiler = None
+    if profile_to:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    started = time.perf_counter()
+    run = dag.test(logical_date=end, run_after=end)
+    seconds = time.perf_counter() - started
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(f"{profile_to}/window-{end:%H%M}.prof")
+    if not str(run.state).lower().endswith("success"):
+        raise SystemExit(f"bench window: the run ending {end} ended {run.state}")
+    with create_session() as session:
+        instances = session.scalars(
+            select(TaskInstance).where(TaskInstance.dag_id == DAG_ID, TaskInstance.run_id == run.run_id)
+        ).all()
+        tasks = {ti.task_id: ti.duration for ti in instances}
+    return {"seconds": seconds, "tasks": tasks}
+
+
+def floor_seconds(work: Path) -> float:
+    """One bare spark-submit of an empty PySpark application with the pipeline's Iceberg conf."""
+    from dataclasses import replace
+
+    from airflow_cdc.spark.iceberg import IcebergCatalog
+    from airflow_cdc.spark.job import iceberg_job_spec
+    from airflow_cdc.spark.runners import LocalSparkRunner
+
+    application = work / "empty_application.py"
+    application.write_text(EMPTY_APPLICATION)
+    spec = iceberg_job_spec("extract", IcebergCatalog(warehouse=str(work / "floor-warehouse")), [],
+                            name="bench-floor")
+    spec = replace(spec, application=str(application))
+    runner = LocalSparkRunner(master="local[*]")
+    command, env = runner.command(spec), runner.environment(spec)
+    started = time.perf_counter()
+    subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def recorded_changes(end: datetime) -> int:
+    """The changes the state store recorded for the window ending ``end``."""
+    from airflow_cdc.state import StateStore
+
+    record = StateStore(os.environ["AIRFLOW_CDC_STATE_URL"]).get_window("allchanges", end - MEASURED)
+    return int((record.counts or {}).get("changes", 0))
+
+
+# --- the parent ---------------------------------------------------------------------------------
+def migrated_airflow_db(folder: Path) -> Path:
+    """One migrated Airflow metadata DB, copied into each size's Airflow home."""
+    home = folder / "airflow-template"
+    home.mkdir(parents=True)
+    env = {**os.environ, "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"}
+    subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
+                   check=True, stdout=subprocess.DEVNULL, env=env)
+    return home / "airflow.db"
+
+
+def window_env(base: Path, history, emulator_host: str, template_db: Path, args) -> dict[str, str]:
+    home = base / "airflow"
+    home.mkdir(parents=True)
+    shutil.copy(template_db, home / "airflow.db")
+    return {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO" if args.verbose else "WARNING",
+        **({"BENCH_WINDOW_PROFILE": str(base)} if args.profile else {}),
+        "AIRFLOW_CDC_WAREHOUSE": str(base / "warehouse"),
+        "AIRFLOW_CDC_WORK_ROOT": str(base / "work"),
+        "AIRFLOW_CDC_STATE_URL": f"sqlite:///{base / 'cdc_state.db'}",
+        "CDC_START": history.created_at.isoformat(),
+        "CDC_SPANNER_STREAM": history.stream_name,
+        "CDC_SPANNER_TABLES": ",".join(t.name for t in history.tables),
+        "CDC_DEFERRABLE": "false",
+        "SPANNER_EMULATOR_HOST": emulator_host,
+        "PYSPARK_PYTHON": sys.executable,
+    }
+
+
+def run_windows(env: dict[str, str], plan: dict, log: Path) -> dict:
+    """The child process of one size; its figures (exits if a window did not succeed)."""
+    with open(log, "w") as sink:  # the tasks' logs
+        done = subprocess.run([sys.executable, __file__, "--child", json.dumps(plan)],
+                              env=env, stdout=sink, stderr=subprocess.STDOUT)
+    found = [line for line in log.read_text().splitlines() if line.startswith("BENCH-WINDOW ")]
+    if done.returncode != 0 or not found:
+        raise SystemExit(f"bench window: the windows of {plan['base']} failed; see {log}")
+    return json.loads(found[-1].split(" ", 1)[1])
+
+
+def measure(size: int, folder: Path, template_db: Path, args) -> str:
+    from airflow_cdc.emulators.spanner import SpannerChangeStreamEmulator, generate_history
+
+    base = folder / f"changes-{size}"
+    base.mkdir()
+    # The warm-up minute holds a tenth of the changes (a tenth of the measured window's rate
+    # x length), so both windows read the same kind of history; an empty window's history
+    # ends at T0 and the emulator's clock stands at its end.
+    duration = WARM_UP + (MEASURED if size else timedelta(0))
+    rate = size / MEASURED.total_seconds() if size else 200 / WARM_UP.total_seconds()
+    began = time.perf_counter()
+    history = generate_history(
+        seed=27, start=T0 - WARM_UP, duration=duration, changes_per_second=rate,
+        initial_partitions=args.partitions, splits=0, merges=0, three_way_merges=0, quiet_periods=0,
+    )
+    print(f"bench window: {size}: history of {history.change_count} changes in "
+          f"{time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
+    with SpannerChangeStreamEmulator(history, now=T0 + MEASURED) as emulator:
+        env = window_env(base, history, emulator.emulator_host, template_db, args)
+        plan = {
+            "base": str(base),
+            "warm_up_end": T0.isoformat(), "warm_up_minutes": int(WARM_UP.total_seconds() // 60),
+            "end": (T0 + MEASURED).isoformat(), "minutes": int(MEASURED.total_seconds() // 60),
+        }
+        measured = run_windows(env, plan, base / "windows.log")
+    tasks, seconds, floor = measured["tasks"], measured["seconds"], measured["floor_seconds"]
+    steps = " ".join(f"{step}={tasks.get(f'{GROUP}.{step}') or 0:.2f}" for step in STEPS)
+    return (
+        f"bench window: changes={measured['changes']} window_seconds={seconds:.2f} "
+        f"floor_seconds={floor:.2f} ratio={seconds / floor:.2f} {steps}"
+    )
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        return run_child(args.child)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    own = args.base is None
+    folder = Path(args.base or tempfile.mkdtemp(prefix="cdc-bench-window-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        template_db = migrated_airflow_db(folder)
+        floor_seconds(folder)  # the first spark-submit of the run warms the page cache
+        for size in args.sizes:
+            print(measure(size, folder, template_db, args), flush=True)
+    finally:
+        if own:
+            shutil.rmtree(folder, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""What a window costs in Spark applications, through the example Spanner DAG (dag.test).
+
+Three 10-minute windows of an emulated stream whose changes stop after the second: each
+window with changes runs ONE Spark application (the extract job applies the window too, and
+the apply task only records it); the empty window runs none (the empty-window rule,
+``airflow_cdc/pipeline/empty_window.py``). The targets still equal the source's truth, and a
+re-run of the empty window changes nothing (I1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from airflow_cdc.model import WINDOW_SNAPSHOT_PROPERTY, WindowState
+from tests.dags.test_spanner_dag import captured_output
+
+DAG_ID = "spanner_change_stream_to_iceberg"
+START = datetime(2025, 1, 6, 8, 0, tzinfo=timezone.utc)
+WINDOW = timedelta(minutes=10)
+ENDS = [START + WINDOW * i for i in (1, 2, 3)]  # the third window has no change
+TABLES = ("Accounts", "Orders", "Documents")
+
+
+@pytest.fixture(scope="module")
+def replay(airflow_db, tmp_path_factory):
+    from airflow.dag_processing.dagbag import DagBag
+
+    from airflow_cdc.emulators.spanner import SpannerChangeStreamEmulator, generate_history
+
+    base = tmp_path_factory.mktemp("window-strategies")
+    history = generate_history(seed=9, start=START, duration=2 * WINDOW, changes_per_second=0.3,
+                               initial_partitions=2, splits=0, merges=0, three_way_merges=0,
+                               quiet_periods=0)
+    saved = dict(os.environ)
+    os.environ.update({
+        "AIRFLOW_CDC_WAREHOUSE": str(base / "warehouse"),
+        "AIRFLOW_CDC_WORK_ROOT": str(base / "work"),
+        "AIRFLOW_CDC_STATE_URL": f"sqlite:///{base / 'cdc_state.db'}",
+        "CDC_WINDOW_MINUTES": "10",
+        "CDC_START": START.isoformat(),
+        "CDC_SPANNER_STREAM": history.stream_name,
+        "CDC_SPANNER_TABLES": ",".join(TABLES),
+        "CDC_DEFERRABLE": "false",
+    })
+    try:
+        with SpannerChangeStreamEmulator(history, now=ENDS[-1]) as emulator:
+            os.environ["SPANNER_EMULATOR_HOST"] = emulator.emulator_host
+            dag = DagBag(str(Path(__file__).resolve().parents[2] / "dags")).get_dag(DAG_ID)
+            runs, output = {}, {}
+            for end in ENDS:
+                log = base / f"window-{end:%H%M}.log"
+                with captured_output(log):
+                    runs[end] = dag.test(logical_date=end)
+                output[end] = log.read_text()
+            before = snapshot_state(base)
+            log = base / "rerun.log"
+            with captured_output(log):
+                rerun = dag.test(logical_date=ENDS[-1])
+            yield {"history": history, "base": base, "runs": runs, "output": output,
+                   "rerun": rerun, "rerun_output": log.read_text(), "before_rerun": before}
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def store():
+    from airflow_cdc.state import StateStore
+
+    return StateStore(os.environ["AIRFLOW_CDC_STATE_URL"])
+
+
+def metadata(table_dir: Path) -> dict:
+    from airflow_cdc.demo.compare import latest_metadata
+
+    return json.loads(latest_metadata(table_dir).read_text())
+
+
+def snapshot_state(base: Path):
+    tables = [base / "warehouse" / "cdc" / "allchanges_changelog"]
+    tables += [base / "warehouse" / "current" / t for t in TABLES]
+    windows = [(w.state, w.counts, w.changelog_snapshot_id, w.target_snapshot_ids)
+               for w in store().list_windows("allchanges")]
+    return {t.name: metadata(t).get("current-snapshot-id") for t in tables}, windows
+
+
+def window_dir_of(replay, end) -> Path:
+    from airflow_cdc.model import Window
+    from airflow_cdc.pipeline.files import window_dir
+
+    return window_dir(replay["base"] / "work", Window("allchanges", end - WINDOW, end))
+
+
+def window_files(replay, end) -> set[str]:
+    """The files the window's steps left in its folder (the Spark jobs' results among them)."""
+    return {p.name for p in window_dir_of(replay, end).iterdir()}
+
+
+def test_every_window_run_succeeds(replay):
+    from airflow.utils.state import DagRunState
+
+    assert [replay["runs"][end].state for end in ENDS] + [replay["rerun"].state] == (
+        [DagRunState.SUCCESS] * 4)
+
+
+def test_a_window_with_changes_runs_one_spark_application_that_extracts_and_applies(replay):
+    from airflow_cdc.operators.window import FUSED_APPLY_RESULT
+
+    for end in ENDS[:2]:
+        files = window_files(replay, end)
+        fused = json.loads((window_dir_of(replay, end) / FUSED_APPLY_RESULT).read_text())
+        # The extract job's result and its apply; no result of an apply job of its own.
+        assert {"extract-result.json", FUSED_APPLY_RESULT} <= files and "apply-result.json" not in files
+        assert fused["apply"]["status"] == "applied", end
+
+
+def test_an_empty_window_starts_no_spark_job_and_completes_at_its_end(replay):
+    record = store().get_window("allchanges", ENDS[-1] - WINDOW)
+
+    # Its outcome, written by the extract task; nothing any Spark job writes.
+    assert window_files(replay, ENDS[-1]) == {"plan.json", "outcome.json"}
+    assert (record.state, record.counts["changes"], record.low_watermark) == (
+        WindowState.COMPLETE, 0, ENDS[-1])
+    assert (record.changelog_snapshot_id, record.target_snapshot_ids) == (None, {})
+
+
+def test_an_empty_window_writes_no_changelog_commit(replay):
+    changelog = metadata(replay["base"] / "warehouse" / "cdc" / "allchanges_changelog")
+    tags = [s["summary"].get(WINDOW_SNAPSHOT_PROPERTY) for s in changelog["snapshots"]]
+    windows = [r.window.window_id for r in store().list_windows("allchanges")]
+
+    assert [t for t in tags if t] == windows[:2]
+
+
+def test_the_apply_task_records_the_target_snapshots_the_extract_job_committed(replay):
+    record = store().get_window("allchanges", ENDS[1] - WINDOW)
+    current = {f"lake.current.{t}": metadata(replay["base"] / "warehouse" / "current" / t)[
+        "current-snapshot-id"] for t in TABLES}
+
+    assert record.target_snapshot_ids and record.target_snapshot_ids.items() <= current.items()
+
+
+def test_targets_equal_the_true_state_after_the_empty_window(replay):
+    from airflow_cdc.demo.compare import compare_table, read_iceberg_rows
+
+    history = replay["history"]
+    truth = history.state_at(ENDS[-1] - timedelta(microseconds=1))
+    for table in history.tables:
+        rows = read_iceberg_rows(replay["base"] / "warehouse" / "current" / table.name)
+        result = compare_table(table, truth[table.name], rows)
+        assert (result.target_rows, result.mismatches) == (result.expected_rows, 0), table.name
+
+
+def test_rerunning_the_empty_window_changes_nothing_and_starts_no_spark_job(replay):
+    assert snapshot_state(replay["base"]) == replay["before_rerun"]
+    assert window_files(replay, ENDS[-1]) == {"plan.json", "outcome.json"}

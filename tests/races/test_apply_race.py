@@ -1,0 +1,131 @@
+"""Two applies of the same window at once, on the same Iceberg tables, end as one apply.
+
+Two threads of the suite's SparkSession run :func:`spark_jobs.apply.apply_window` for the
+same window against the same Hadoop-catalog tables, as an orphaned spark-submit and the
+task's retry would. A barrier holds each job before its dead-letter commit and before each
+table's commits until the other got there too, so both have searched for the window's
+commits (and found none) and folded the window from the same pre-window snapshots before
+either commits: the worst interleaving, every time. Iceberg's optimistic concurrency then
+lets one commit of each table through; the other job's commit conflicts (a MERGE by Iceberg's
+own check, an append by the check ``append_tagged(read_at=...)`` asks for), and that job
+takes the winner's tagged commit as its own. The same windows applied once, one after the
+other, into another namespace are the reference.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from airflow_cdc.model import WINDOW_SNAPSHOT_PROPERTY
+from tests.apply.support import Changes, Lake, at, window
+
+W0, W1 = window(0), window(1)
+TYPES = {"id": "INT64", "v": "STRING", "n": "INT64"}
+TABLES = ("Items", "Items__tombstones", "Items__history", "orders_dead_letters")
+OPTIONS = {"targets": {"history": True}, "policies": {"on_dead_letter": "continue"}}
+
+
+def history() -> Changes:
+    items = Changes("Items", TYPES)
+    for key in range(1, 7):
+        items.add(W0, "INSERT", key, {"v": f"a{key}", "n": key}, when=at(0, key))
+    items.add(W0, "DELETE", 6, when=at(0, 30))
+    items.add(W0, "UPDATE", 9, {"n": 9}, when=at(0, 31), image="PARTIAL")  # a dead letter
+    items.add(W1, "UPDATE", 1, {"n": 10}, when=at(1, 1), image="PARTIAL")
+    items.add(W1, "UPDATE", 2, {"v": "b2", "n": 20}, when=at(1, 2))
+    items.add(W1, "DELETE", 3, when=at(1, 3))
+    items.add(W1, "INSERT", 6, {"v": "again", "n": 60}, when=at(1, 4))
+    items.add(W1, "INSERT", 7, {"v": "a7", "n": 7}, when=at(1, 5))
+    items.add(W1, "UPDATE", 8, {"n": 8}, when=at(1, 6), image="PARTIAL")  # a dead letter
+    return items
+
+
+def contents(lake: Lake) -> dict:
+    """Every table's rows, in a stable order, as text comparable across namespaces (a dead
+    letter names its target table)."""
+    return {
+        table: sorted(repr(sorted(row.asDict(recursive=True).items())).replace(lake.namespace, "<ns>")
+                      for row in lake.spark.table(lake.table(table)).collect())
+        for table in TABLES
+    }
+
+
+def tagged(lake: Lake, table: str, win) -> int:
+    return sum(s["summary"].get(WINDOW_SNAPSHOT_PROPERTY) == win.window_id for s in lake.snapshots(table))
+
+
+def race(lake: Lake, win, monkeypatch) -> list:
+    """Two applies of ``win`` in two threads, held together before each commit step."""
+    import spark_jobs.apply.job as job
+
+    barrier = threading.Barrier(2, timeout=300)
+
+    def held(step):
+        def run(*args, **kwargs):
+            barrier.wait()
+            return step(*args, **kwargs)
+
+        return run
+
+    with monkeypatch.context() as patched:
+        patched.setattr(job, "commit_dead_letters", held(job.commit_dead_letters))
+        patched.setattr(job, "commit_table", held(job.commit_table))
+        outcomes: list = [None, None]
+
+        def apply(index: int) -> None:
+            try:
+                outcomes[index] = lake.apply(win, **OPTIONS)
+            except BaseException as error:  # reported below, with the other thread's outcome
+                barrier.abort()
+                outcomes[index] = error
+
+        threads = [threading.Thread(target=apply, args=(i,)) for i in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    errors = [o for o in outcomes if isinstance(o, BaseException)]
+    assert not errors, errors
+    return outcomes
+
+
+@pytest.fixture(scope="module")
+def applied(spark, warehouse):
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        once = Lake(spark, warehouse, "races_apply_once")
+        raced = Lake(spark, warehouse, "races_apply_raced")
+        for lake in (once, raced):
+            lake.write(history())
+        state = {"once": once, "raced": raced}
+        state["W0 once"] = once.apply(W0, **OPTIONS)
+        state["W0 raced"] = race(raced, W0, monkeypatch)
+        state["after W0"] = (contents(once), contents(raced))
+        state["W0 tags"] = {table: tagged(raced, table, W0) for table in TABLES}
+        once.apply(W1, **OPTIONS)
+        state["W1 raced"] = race(raced, W1, monkeypatch)
+        state["after W1"] = (contents(once), contents(raced))
+        yield state
+
+
+def test_two_applies_of_a_tables_first_window_at_once_append_it_once(applied):
+    once, raced = applied["after W0"]
+    assert raced == once
+    assert applied["W0 tags"] == {table: 1 for table in TABLES}
+
+
+def test_both_racing_applies_of_a_first_window_succeed_and_report_the_one_commit(applied):
+    first, second = applied["W0 raced"]
+    assert first.status == second.status == "applied"
+    assert first.to_json() == second.to_json()
+    [table] = first.tables
+    assert (table.upserts, table.deletes, first.dead_letter_rows) == (5, 1, 1)
+
+
+def test_two_applies_of_a_later_window_at_once_merge_it_as_one_apply(applied):
+    once, raced = applied["after W1"]
+    assert raced == once
+    first, second = applied["W1 raced"]
+    assert first.status == second.status == "applied"
+    assert first.dead_letter_snapshot_id == second.dead_letter_snapshot_id
