@@ -41,7 +41,7 @@ def load_secret_conf(spark) -> list[str]:
 
 
 def _load_catalogs_and_forget(spark, values: dict) -> None:
-    """Load every catalog the secrets configure, then take the secrets out of the session
+    """Load every catalog the secrets configure, then take their secrets out of the session
     conf: Spark copies the session's SQL conf into every job's properties, which the event log
     and the UI show unredacted. A loaded catalog keeps its own copy (CatalogManager caches it)."""
     prefix = "spark.sql.catalog."
@@ -50,7 +50,8 @@ def _load_catalogs_and_forget(spark, values: dict) -> None:
     for name in sorted(names):
         manager.catalog(name)
     for key in values:
-        spark.conf.unset(str(key))
+        if key.startswith(prefix):  # a job's own secret settings stay: it reads them itself
+            spark.conf.unset(str(key))
 
 
 def _read(spark, path: str) -> str:
