@@ -471,9 +471,10 @@ _LAST_SHARED: list = [(None, None)]
 
 
 def _shared_dumps(value: object) -> str:
-    """:func:`_dumps` of an object many consecutive rows share (the column types of one
-    source record), written once for them (a performance strategy: a tenth of the time a
-    Spanner partition's rows took to become changelog rows, in ``bench/extract.py``)."""
+    """:func:`_dumps` of an object many consecutive rows share (the column types and the
+    metadata of one source record), written once for them (a performance strategy; with the
+    Spanner reader's JSON values taken as parsed, a sixth of a partition's read-and-map time,
+    see ``sources/spanner/records.py``)."""
     last = _LAST_SHARED[0]  # one read: another thread may replace it meanwhile
     if last[0] is not value:
         last = _LAST_SHARED[0] = (value, _dumps(value))

@@ -27,6 +27,12 @@ Two sources, each read twice in the same run, one reader at a time:
   - extract: the same extract job (Spark reads the files natively, ``read_window``);
   - raw: ``pyarrow.json.read_json`` of each file, in as many processes as Spark has cores.
 
+The extract job's driver heap is ``--driver-memory`` (4g): with the 1 GB default, the 1M-change
+window's job ran out of heap in its read stage (``local[*]``: the executors are threads of
+the driver; each partition's read comes back as one record of all its rows) and then hung
+(a Python runner's writer thread died on the OutOfMemoryError, its task waited on the worker
+forever), so a window of this size needs ``spark_conf={"spark.driver.memory": ...}``.
+
 Prints one line per source (details on stderr):
 ``bench extract: source=<kind> changes=<n> extract_per_s=<r> raw_per_s=<r> ratio=<r>``
 (``ratio`` = extract_per_s / raw_per_s, both on the same cores; the target is >= 0.8).
@@ -65,6 +71,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=16, help="partitions / files (default 16)")
     parser.add_argument("--source", action="append", choices=SOURCES, help="only these sources")
     parser.add_argument("--base", help="working folder (default: a temporary one, removed)")
+    parser.add_argument("--driver-memory", default="4g",
+                        help="the extract job's SPARK_DRIVER_MEMORY (default 4g; see above)")
     args = parser.parse_args(argv)
     args.changes = args.changes or (FULL_CHANGES if args.full else QUICK_CHANGES)
     args.source = args.source or list(SOURCES)
@@ -283,6 +291,7 @@ def line(source: str, changes: int, extract_per_s: float, raw_per_s: float) -> s
 def main(argv=None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ["SPARK_DRIVER_MEMORY"] = args.driver_memory  # spark-submit reads it
     from airflow_cdc.spark.iceberg import IcebergCatalog
 
     own = args.base is None

@@ -9,9 +9,11 @@ For each size, a fresh stream reads one window [08:00, 09:00) of a Spanner chang
 history (:class:`bench.support.spanner_scale.ScaleHistory`: ``--partitions`` partitions, each
 with single-row writes, batch writes of 8 rows and transactions over two partitions; 3.6
 changes per commit; inserts, partial and full updates, deletes; the emulator's three tables and
-its four value capture types) served by the emulator's gRPC server in this process. The
+its four value capture types; heartbeats every 10 s, the operators' default) served by the
+emulator's gRPC server in this process. A size is rounded up to whole cycles of 72 changes
+per partition (72,000 over 1,000 partitions): 0.5M is 504,000, 2M 2,016,000, 5M 5,040,000. The
 history is built on demand per queried partition; the stock ``generate_history`` holds every
-change in memory (about 6.5 GB and 6 minutes to build for 5M changes).
+change in memory (about 1.3 KB and 65 µs per change here: 6.5 GB and 6 minutes for 5M).
 
 The window runs the protocol's real steps: ``plan_window`` (SQLite state store; the stream's
 first window, so it starts from the initial query), then the extract job
@@ -68,7 +70,7 @@ if str(ROOT) not in sys.path:
 
 from airflow_cdc.model import PartitionPosition, Window, format_ts  # noqa: E402
 
-# A size is rounded to whole cycles of 72 changes per partition (72,000 over 1,000 partitions).
+# A size is rounded up to whole cycles of 72 changes per partition (72,000 over 1,000 partitions).
 QUICK_SIZES = (72_000, 288_000)
 FULL_SIZES = (500_000, 2_000_000, 5_000_000)
 OWNER = "bench-scale"

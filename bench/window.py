@@ -25,6 +25,10 @@ bare ``spark-submit`` (the local runner's command line) of an
 empty PySpark application with the same Iceberg configuration (``iceberg_job_spec``), from
 its start to its exit: the JVM and the SparkSession every Spark step pays at least once.
 
+With ``--baseline``, each size also runs in a world of its own with both of the window's
+cost strategies off (``fuse_apply=False``, ``empty_window_probe_limit=-1``: two Spark
+applications per window, as before issue 27), printed first with ``design=baseline``.
+
 Prints one line per size (details on stderr):
 ``bench window: changes=<n> window_seconds=<s> floor_seconds=<s> ratio=<r> plan=<s>
 extract=<s> commit=<s> apply=<s> gate=<s>``, where ``changes`` is the number the window
@@ -60,6 +64,9 @@ WARM_UP = timedelta(minutes=1)
 MEASURED = timedelta(minutes=10)
 QUICK_SIZES = (0, 1_000)
 FULL_SIZES = (0, 1_000, 100_000, 1_000_000)
+# The example DAG's switches for the strategies of issue 27 (apply fused into the extract's
+# Spark application; the empty-window rule): --baseline turns both off.
+BASELINE = {"CDC_FUSE_APPLY": "false", "CDC_EMPTY_WINDOW_PROBE_LIMIT": "-1"}
 EMPTY_APPLICATION = "from pyspark.sql import SparkSession\nSparkSession.builder.getOrCreate().stop()\n"
 
 
@@ -69,6 +76,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--sizes", help="comma-separated change counts (overrides --full)")
     parser.add_argument("--partitions", type=int, default=4, help="partitions of the stream (default 4)")
     parser.add_argument("--base", help="working folder (default: a temporary one, removed)")
+    parser.add_argument("--driver-memory", default="4g",
+                        help="SPARK_DRIVER_MEMORY of every spark-submit (default 4g)")
+    parser.add_argument("--baseline", action="store_true",
+                        help="also each window with both strategies off (a line with design=baseline)")
     parser.add_argument("--verbose", action="store_true",
                         help="INFO task logs in <base>/changes-<n>/windows.log (default: warnings)")
     parser.add_argument("--profile", action="store_true",
@@ -200,6 +211,9 @@ def window_env(base: Path, history, emulator_host: str, template_db: Path, args)
         "CDC_DEFERRABLE": "false",
         "SPANNER_EMULATOR_HOST": emulator_host,
         "PYSPARK_PYTHON": sys.executable,
+        # Every spark-submit's driver heap (floor included); the default 1 GB does not hold a
+        # window of 1M changes (see bench/extract.py).
+        "SPARK_DRIVER_MEMORY": args.driver_memory,
     }
 
 
@@ -214,7 +228,7 @@ def run_windows(env: dict[str, str], plan: dict, log: Path) -> dict:
     return json.loads(found[-1].split(" ", 1)[1])
 
 
-def measure(size: int, folder: Path, template_db: Path, args) -> str:
+def measure(size: int, folder: Path, template_db: Path, args) -> list[str]:
     from airflow_cdc.emulators.spanner import SpannerChangeStreamEmulator, generate_history
 
     base = folder / f"changes-{size}"
@@ -231,20 +245,30 @@ def measure(size: int, folder: Path, template_db: Path, args) -> str:
     )
     print(f"bench window: {size}: history of {history.change_count} changes in "
           f"{time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
+    designs = [("", {})]
+    if args.baseline:  # first, in a world of its own: both strategies off
+        designs.insert(0, ("baseline", BASELINE))
+    lines = []
     with SpannerChangeStreamEmulator(history, now=T0 + MEASURED) as emulator:
-        env = window_env(base, history, emulator.emulator_host, template_db, args)
-        plan = {
-            "base": str(base),
-            "warm_up_end": T0.isoformat(), "warm_up_minutes": int(WARM_UP.total_seconds() // 60),
-            "end": (T0 + MEASURED).isoformat(), "minutes": int(MEASURED.total_seconds() // 60),
-        }
-        measured = run_windows(env, plan, base / "windows.log")
-    tasks, seconds, floor = measured["tasks"], measured["seconds"], measured["floor_seconds"]
-    steps = " ".join(f"{step}={tasks.get(f'{GROUP}.{step}') or 0:.2f}" for step in STEPS)
-    return (
-        f"bench window: changes={measured['changes']} window_seconds={seconds:.2f} "
-        f"floor_seconds={floor:.2f} ratio={seconds / floor:.2f} {steps}"
-    )
+        for design, knobs in designs:
+            world = base / (design or "default")
+            world.mkdir()
+            env = {**window_env(world, history, emulator.emulator_host, template_db, args), **knobs}
+            plan = {
+                "base": str(world),
+                "warm_up_end": T0.isoformat(), "warm_up_minutes": int(WARM_UP.total_seconds() // 60),
+                "end": (T0 + MEASURED).isoformat(), "minutes": int(MEASURED.total_seconds() // 60),
+            }
+            measured = run_windows(env, plan, world / "windows.log")
+            tasks, seconds, floor = measured["tasks"], measured["seconds"], measured["floor_seconds"]
+            steps = " ".join(f"{step}={tasks.get(f'{GROUP}.{step}') or 0:.2f}" for step in STEPS)
+            lines.append(
+                f"bench window: changes={measured['changes']} "
+                + (f"design={design} " if design else "")
+                + f"window_seconds={seconds:.2f} floor_seconds={floor:.2f} "
+                f"ratio={seconds / floor:.2f} {steps}"
+            )
+    return lines
 
 
 def main(argv=None) -> int:
@@ -259,7 +283,8 @@ def main(argv=None) -> int:
         template_db = migrated_airflow_db(folder)
         floor_seconds(folder)  # the first spark-submit of the run warms the page cache
         for size in args.sizes:
-            print(measure(size, folder, template_db, args), flush=True)
+            for line in measure(size, folder, template_db, args):
+                print(line, flush=True)
     finally:
         if own:
             shutil.rmtree(folder, ignore_errors=True)

@@ -34,6 +34,14 @@ START = datetime.fromisoformat(os.environ.get("CDC_START", "2025-01-06T08:00:00+
 WINDOW_MINUTES = int(os.environ.get("CDC_WINDOW_MINUTES", "30"))
 TABLES = [t for t in os.environ.get("CDC_SPANNER_TABLES", "Accounts,Orders,Documents").split(",") if t]
 DEFERRABLE = {"true": True, "false": False}.get(os.environ.get("CDC_DEFERRABLE", "").lower())
+# The window's cost strategies (on by default; bench/window.py --baseline turns them off):
+# CDC_FUSE_APPLY=false runs apply in a Spark application of its own, and
+# CDC_EMPTY_WINDOW_PROBE_LIMIT=-1 never reads a window in the extract task to prove it empty.
+COST = {
+    **({"fuse_apply": False} if os.environ.get("CDC_FUSE_APPLY", "").lower() == "false" else {}),
+    **({"empty_window_probe_limit": int(os.environ["CDC_EMPTY_WINDOW_PROBE_LIMIT"])}
+       if os.environ.get("CDC_EMPTY_WINDOW_PROBE_LIMIT") else {}),
+}
 # With CDC_DATAPROC_CLUSTER the Spark jobs run on that Dataproc cluster (AIRFLOW_CDC_WORK_ROOT
 # must then be a gs:// URI the cluster reads); make demo-cluster sets both.
 DATAPROC = DataprocCluster(
@@ -65,6 +73,7 @@ with DAG(
         gate_poke_interval=5,
         deferrable=DEFERRABLE,
         dataproc=DATAPROC,
+        **COST,
     )
 
     @task

@@ -1,7 +1,8 @@
 """The empty-window rule: a window its source proves empty is extracted and applied without Spark.
 
-A performance strategy (issue 27). Saves, as measured by ``bench/window.py``: both Spark
-applications of an empty window (each a JVM, a SparkSession and the Iceberg catalog).
+A performance strategy (issue 27). Saves both Spark applications of an empty window (each a
+JVM, a SparkSession and the Iceberg catalog): 41.1 s -> 3.0 s for a window of 0 changes, in
+one run of ``bench/window.py --baseline`` (ratio to one bare spark-submit 5.37 -> 0.32).
 
 Most windows of a quiet stream hold no change at all, yet each paid two Spark applications
 to learn it. The extract task (:class:`~airflow_cdc.operators.window.CdcExtractOperator`)
@@ -27,9 +28,10 @@ first change:
 
 Why exactly-once (I1) still holds without the changelog commit tagged with the window, which
 is what makes a Spark extract's re-run write nothing: an empty window writes no table, so a
-re-run has nothing to find and nothing to write twice; its outcome file is written again
-from a new read, and only the commit task's one transaction records outcomes (a committed
-window is never extracted again). The marker of step 1 keeps the rule off for a window a
+re-run has nothing to find and nothing to write twice. A re-run before the window is
+recorded as extracted reads it again and writes its outcome file again; once recorded, the
+window is not read again (its outcome file stands), and only the commit task's one
+transaction records outcomes. The marker of step 1 keeps the rule off for a window a
 Spark extract may already have committed rows for, whatever the source answers later.
 """
 

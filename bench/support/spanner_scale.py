@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import math
 import random
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -77,8 +78,8 @@ class ScaleHistory:
     """The history's few numbers, and its records on demand (see the module docstring).
 
     ``changes`` is the wanted number of row changes: whole cycles per partition are
-    generated, so :attr:`change_count` is the nearest count that fits (within one cycle per
-    partition).
+    generated, so :attr:`change_count` is the smallest count that fits and is not below it
+    (at most one cycle per partition more).
     """
 
     def __init__(
@@ -94,7 +95,7 @@ class ScaleHistory:
     ) -> None:
         if partitions < 2:
             raise ValueError(f"partitions {partitions} must be at least 2 (commits span two)")
-        cycles = max(1, round(changes / (partitions * CHANGES_PER_CYCLE)))
+        cycles = max(1, math.ceil(changes / (partitions * CHANGES_PER_CYCLE)))
         self.partition_count = partitions
         self.units = cycles * len(CYCLE)  # commits per partition
         self.seed = seed
