@@ -191,15 +191,18 @@ def _plan_table(
         history=config.history_enabled(source_table),
     )
     plan.key_names = tuple(key_names)
-    if existing is not None and existing.key_names:
+    if existing is not None and not existing.key_names:
+        # A table airflow-cdc did not create (no key-column property, no ordering-key column):
+        # the guarded MERGE could not tell its rows' order, so nothing is written to it.
+        plan.reason = (
+            f"target table {target.qualified} exists but was not created by airflow-cdc (no table "
+            f"property {KEY_COLUMNS_PROPERTY!r}, no _cdc_seq column): map {source_table!r} to another "
+            f"target with targets.mapping, or rename or drop the existing table")
+        return plan
+    if existing is not None:
         plan.key_types = dict(existing.key_types)
         plan.columns = dict(existing.columns)
         plan.existing_columns = dict(existing.columns)
-    else:
-        if existing is not None:  # a table we did not create: keep its columns, add ours
-            plan.columns = {c: t for c, t in existing.columns.items() if c not in plan.key_names}
-            plan.existing_columns = dict(plan.columns)
-            plan.key_types = {k: t for k, t in existing.columns.items() if k in plan.key_names}
     if not plan.key_names:
         plan.reason = f"no change row of {source_table!r} names key columns (keys is empty): rows cannot be addressed"
         return plan

@@ -97,9 +97,16 @@ def applied(module_lake):
     firsts.add(W0, "INSERT", 7, {"name": "Z"}, when=at(0, 5), keys={"code": 7})
     firsts.add(W0, "INSERT", 1, {"name": "A"}, when=at(0, 1))
     firsts.add(W0, "INSERT", 2, {"name": "B"}, when=at(0, 2))
+    # A table airflow-cdc did not create, named as a source table's target.
+    lake.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS lake.{lake.namespace}")
+    lake.spark.sql(f"CREATE TABLE {lake.table('Plain')} (id bigint, name string) USING iceberg")
+    lake.spark.sql(f"INSERT INTO {lake.table('Plain')} VALUES (1, 'mine')")
+    plain = Changes("Plain", {"id": "INT64", "name": "STRING"})
+    plain.add(W0, "UPDATE", 1, {"name": "theirs"}, when=at(0, 1))
+    plain.add(W0, "INSERT", 2, {"name": "new"}, when=at(0, 2))
     results = {}
     for win in (W0, W1, W2):
-        lake.write(everything, profiles, scores, odd, unnamed, firsts, win=win)
+        lake.write(everything, profiles, scores, odd, unnamed, firsts, plain, win=win)
         results[win.window_id] = lake.apply(
             win, targets={"mapping": {"Profiles": "people"}}, policies={"on_dead_letter": "continue"}
         )
@@ -200,3 +207,12 @@ def test_a_new_targets_key_columns_are_those_of_its_first_change(applied):
     (row,) = [r for r in dead_letters(lake) if r["source_table"] == "Firsts"]
     assert row["keys"] == {"code": "7"}
     assert "key columns [code] differ from the key columns ['id']" in row["reason"]
+
+
+def test_a_target_table_airflow_cdc_did_not_create_is_refused_and_left_unchanged(applied):
+    lake, _ = applied
+    rows = [r for r in dead_letters(lake) if r["source_table"] == "Plain"]
+    assert len(rows) == 2
+    assert all("exists but was not created by airflow-cdc" in r["reason"]
+               and "targets.mapping" in r["reason"] for r in rows)
+    assert lake.rows("Plain") == [{"id": 1, "name": "mine"}]
