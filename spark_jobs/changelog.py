@@ -48,7 +48,13 @@ from airflow_cdc.model import (
     validate_identifier,
 )
 from airflow_cdc.spark.job import ChangelogWriteResult, split_table_name
-from spark_jobs.commits import append_tagged, own_window_commit, window_commit
+from spark_jobs.commits import (
+    UNCHECKED,
+    append_tagged,
+    concurrent_window_commit,
+    own_window_commit,
+    window_commit,
+)
 
 _SPARK_TYPES = {
     "string": T.StringType,
@@ -279,18 +285,21 @@ def append_window(
     frame: DataFrame,
     extra_properties: Mapping[str, str] | None = None,
     declarations: Iterable[Declaration] | None = None,
+    read_at: int | None | object = UNCHECKED,
 ) -> int:
     """Append ``frame`` to ``table`` in ONE commit tagged with ``window_id``; return its snapshot id.
 
     ``extra_properties`` go into the same snapshot summary (e.g. the extract job's outcome
     file), so they are committed atomically with the rows; they cannot replace the window tag.
     ``declarations`` (:func:`window_declarations` of ``frame``) are recorded there too.
+    ``read_at``: the snapshot the caller found the window's commit missing at; a commit made
+    since makes this one fail with a commit conflict (``commits.append_tagged``).
     """
     extra = {key: str(value) for key, value in dict(extra_properties or {}).items()}
     if declarations is not None:
         extra.update(declarations_properties(declarations))
     properties = {**extra, WINDOW_SNAPSHOT_PROPERTY: window_id}
-    append_tagged(frame, table, properties)
+    append_tagged(frame, table, properties, read_at)
     committed = own_window_commit(spark, table, window_id)
     if committed is None:  # the commit just made must carry the tag
         raise CdcError(f"append to {table} made no snapshot tagged {window_id!r}")
@@ -330,18 +339,32 @@ def commit_window_with_outcome(
     outcome,
     outcome_path: str,
     declarations: Iterable[Declaration] | None = None,
+    read_at: int | None | object = UNCHECKED,
 ) -> dict:
     """Append the window's rows and its outcome (and ``declarations``) in one commit, then
-    write the outcome file."""
+    write the outcome file.
+
+    With ``read_at`` (the snapshot at which the job found no commit of the window), two jobs
+    of one window racing (an orphaned driver and the task's retry) make one commit: the later
+    one's conflicts, and it takes the earlier one's commit and outcome as its own, as a re-run
+    would (``recorded_window_result``). A conflict with another window's commit is raised:
+    the task's retry reads the table again.
+    """
     create_changelog_table(spark, table)
-    snapshot_id = append_window(
-        spark,
-        table,
-        outcome.window_id,
-        frame,
-        extra_properties={OUTCOME_PROPERTY: outcome.to_json()},
-        declarations=declarations,
-    )
+    try:
+        snapshot_id = append_window(
+            spark,
+            table,
+            outcome.window_id,
+            frame,
+            extra_properties={OUTCOME_PROPERTY: outcome.to_json()},
+            declarations=declarations,
+            read_at=read_at,
+        )
+    except Exception as error:
+        if concurrent_window_commit(spark, table, outcome.window_id, error) is None:
+            raise
+        return recorded_window_result(spark, table, outcome.window_id, outcome_path)
     crash_point("extract.after_changelog_commit")
     write_text(spark, outcome_path, outcome.to_json())
     return {"skipped": False, "snapshot_id": snapshot_id, "counts": outcome.counts}

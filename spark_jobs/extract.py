@@ -246,7 +246,10 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
         window_declarations,
     )
 
+    from spark_jobs.commits import current_snapshot_id
+
     table = plan.changelog_table
+    read_at = current_snapshot_id(spark, table)  # first: a commit of the window after it conflicts
     recorded = recorded_window_result(spark, table, plan.window.window_id, outcome_path)
     if recorded is not None:
         return recorded
@@ -269,7 +272,7 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
         pending_children=tuple(read.pending_children),
         counts=source.window_counts({**read.counts, **checked}, sum(d.rows for d in declarations)),
     )
-    result = commit_window_with_outcome(spark, table, frame, outcome, outcome_path, declarations)
+    result = commit_window_with_outcome(spark, table, frame, outcome, outcome_path, declarations, read_at)
     frame.unpersist()
     if read.release is not None:
         read.release()

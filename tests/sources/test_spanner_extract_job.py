@@ -181,3 +181,51 @@ def datetime_at(minutes: int):
     from datetime import datetime, timezone
 
     return datetime(2024, 5, 1, 9, tzinfo=timezone.utc) + timedelta(minutes=minutes)
+
+
+def test_two_extracts_of_one_window_at_once_make_one_commit_and_report_it(
+    spark, pipeline, history, monkeypatch
+):
+    """An orphaned driver and the task's retry: both read the window, both find no commit of
+    it; the later commit conflicts and takes the earlier one's as its own (I1)."""
+    import threading
+
+    import spark_jobs.changelog as changelog_module
+    from airflow_cdc.sources.spanner.query import INITIAL_PARTITION
+    from airflow_cdc.model import PartitionPosition
+
+    store, config = pipeline
+    window = next(windows_of(history, config.stream_id))
+    plan = plan_window(store, config, window, "run", 600,
+                       [PartitionPosition(INITIAL_PARTITION, window.start)], "lake")
+    barrier = threading.Barrier(2, timeout=300)
+    create = changelog_module.create_changelog_table
+
+    def create_then_wait(spark_, table):  # both jobs have read the table before either commits
+        create(spark_, table)
+        barrier.wait()
+
+    monkeypatch.setattr(changelog_module, "create_changelog_table", create_then_wait)
+    results, errors = [], []
+
+    def extract():
+        try:
+            results.append(extract_window(spark, plan, str(config.outcome_path(window))))
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=extract) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+    assert errors == []
+    table = changelog(spark, config)
+    tags = spark.sql(f"SELECT summary['airflow-cdc.window-id'] AS w FROM {table}.snapshots").collect()
+    expected = sum(
+        len(t.changes) for t in history.transactions if window.start <= t.commit_timestamp < window.end
+    )
+    assert [r.w for r in tags] == [window.window_id]
+    assert spark.table(table).count() == expected
+    assert len({r["snapshot_id"] for r in results}) == 1

@@ -54,3 +54,37 @@ def test_a_changelog_table_of_the_old_json_text_format_is_refused_before_any_wri
     assert "keys map<string,string> (found: no such column)" in message
     assert "['keys_json', 'new_values_json']" in message and "new changelog table" in message
     assert spark.sql(f"SELECT * FROM {table}.snapshots").count() == 0
+
+
+def test_a_checked_append_of_an_empty_window_still_makes_its_tagged_commit(tmp_path, spark):
+    tables = open_warehouse(spark, tmp_path / "warehouse")
+    table = f"{tables.catalog}.cdc.empty_changelog"
+    create_changelog_table(spark, table)
+    frame = spark.createDataFrame([], changelog_schema())
+
+    snapshot_id = append_window(spark, table, WINDOW.window_id, frame, read_at=None)
+
+    summary = snapshot_summary(spark, table, snapshot_id)
+    assert summary["airflow-cdc.window-id"] == WINDOW.window_id
+    assert spark.table(table).count() == 0
+
+
+def test_a_checked_append_after_another_commit_of_the_window_conflicts(tmp_path, spark):
+    import pytest
+
+    from airflow_cdc.model import change_row_to_json_line
+    from spark_jobs.commits import current_snapshot_id, is_commit_conflict
+
+    tables = open_warehouse(spark, tmp_path / "warehouse")
+    table = f"{tables.catalog}.cdc.raced_changelog"
+    create_changelog_table(spark, table)
+    read_at = current_snapshot_id(spark, table)
+    rows = [change_row_tuple(change_row_to_json_line(row)) for row in change_rows(WINDOW, 2)]
+    frame = spark.createDataFrame(rows, changelog_schema())
+    append_window(spark, table, WINDOW.window_id, frame, read_at=read_at)  # the other job's
+
+    with pytest.raises(Exception) as refused:
+        append_window(spark, table, WINDOW.window_id, frame, read_at=read_at)
+
+    assert is_commit_conflict(refused.value)
+    assert spark.table(table).count() == 2
