@@ -15,6 +15,9 @@
 * **A planned file that is gone** (file sources: deleted or moved between plan and extract):
   a window reads exactly the files it planned, so :class:`PlannedFileMissingError` names the
   files, the window and the fix (put them back; if they are gone for good, reset the stream).
+* **A local folder that cannot be listed** (no permission, removed while listed):
+  :func:`walk_files` raises :class:`FolderListingError` naming the folder, the error and the
+  fix, where ``os.walk`` alone would skip the folder and the window would miss its files.
 
 Only google-api-core, which every Google client library brings: Spark executors have it.
 """
@@ -22,7 +25,9 @@ Only google-api-core, which every Google client library brings: Spark executors 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TypeVar
 
 from airflow_cdc.model import CdcError, Window
@@ -145,3 +150,24 @@ def planned_files_missing(paths: list[str], window: Window) -> PlannedFileMissin
         f"reset-stream {window.stream_id}` and reload the target tables from a snapshot of the "
         f"source"
     )
+
+
+class FolderListingError(CdcError):
+    """A folder under a local file source's root could not be listed: its files would be missed."""
+
+
+def walk_files(root: Path, what: str) -> Iterator[Path]:
+    """Every file under ``root`` (``what`` names the source's folder in errors); a subfolder
+    that cannot be listed raises :class:`FolderListingError` instead of being skipped."""
+
+    def refuse(error: OSError) -> None:
+        raise FolderListingError(
+            f"{what}: folder {error.filename!r} under {str(root)!r} cannot be listed "
+            f"({error.strerror or error}): its files would be missing from the window. Give the "
+            f"Airflow and Spark users read and execute permission on it (or move it out of "
+            f"the folder), then clear the task"
+        ) from error
+
+    for folder, _, names in os.walk(root, onerror=refuse):
+        for name in names:
+            yield Path(folder) / name

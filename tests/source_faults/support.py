@@ -158,3 +158,31 @@ def debezium_stream(tmp_path, prefix) -> Pipeline:
     return new_pipeline(tmp_path, "debezium", {
         "prefix": str(prefix), "topic_prefix": "pg", "key_columns": {"public.orders": ["id"]},
         "settings": {"flush_lateness_seconds": 60}})
+
+
+def list_as_unprivileged(code: str) -> "subprocess.CompletedProcess":
+    """Run ``code`` (Python) in a process that file permissions apply to: as root, without the
+    capabilities that bypass them (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH), so an unreadable
+    folder is refused to it as to any other user."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    command = [sys.executable, "-c", code]
+    if os.geteuid() == 0:
+        command = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--", *command]
+    root = Path(__file__).resolve().parents[2]
+    return subprocess.run(command, capture_output=True, text=True, cwd=root, timeout=120)
+
+
+def unlistable_folder(base) -> "Path":
+    """``base`` with one readable file and a subfolder nobody may list (mode 000) holding
+    another; returns the subfolder (give it back its mode when done)."""
+    (base / "ok").mkdir(parents=True)
+    (base / "ok" / "a.jsonl").write_text("{}\n")
+    hidden = base / "hidden"
+    hidden.mkdir()
+    (hidden / "b.jsonl").write_text("{}\n")
+    hidden.chmod(0)
+    return hidden

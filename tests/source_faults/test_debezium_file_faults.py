@@ -104,3 +104,19 @@ def test_a_gcs_listing_that_fails_once_is_retried_and_the_plan_holds_every_file(
     assert len(gcs.failed) == 1 and gcs.failed[0].startswith("GET /storage/v1/b/sink/o")
     assert sorted(f for names in planned.values() for f in names) == sorted(files)
     assert sorted(planned) == [f"{DEBEZIUM_HEARTBEATS}+0", f"{DEBEZIUM_TOPIC}+0"]
+
+
+def test_a_local_sink_folder_that_cannot_be_listed_fails_the_listing_naming_it_and_the_fix(tmp_path):
+    from .support import list_as_unprivileged, unlistable_folder
+
+    hidden = unlistable_folder(tmp_path / "sink")
+    tmp_path.chmod(0o755)
+    try:
+        ran = list_as_unprivileged(
+            "from airflow_cdc.sources.debezium.layout import local_lister\n"
+            f"print(local_lister({str(tmp_path / 'sink') + '/'!r}))")
+    finally:
+        hidden.chmod(0o755)
+
+    assert ran.returncode != 0
+    assert "FolderListingError" in ran.stderr and f"folder '{hidden}'" in ran.stderr

@@ -9,12 +9,12 @@ waits for the next window.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from airflow_cdc.model import CdcError, PartitionPosition, ensure_utc
+from airflow_cdc.sources.read_errors import walk_files
 
 EVENT_FILE_SUFFIXES = {".jsonl": "json", ".json": "json", ".avro": "avro"}
 
@@ -54,16 +54,13 @@ def list_local_files(prefix: str) -> list[EventFile]:
             f"into (or a gs://bucket/prefix with a gcp_conn_id)"
         )
     found = []
-    for folder, _, names in os.walk(root):
-        for name in names:
-            path = Path(folder) / name
-            if name.startswith(".") or event_file_format(name) is None:
-                continue
-            stat = path.stat()
-            found.append(
-                EventFile(str(path), stat.st_size,
-                          datetime.fromtimestamp(stat.st_mtime, tz=timezone.utc))
-            )
+    for path in walk_files(root, f"Datastream prefix {prefix!r}"):
+        if path.name.startswith(".") or event_file_format(path.name) is None:
+            continue
+        stat = path.stat()
+        found.append(
+            EventFile(str(path), stat.st_size, datetime.fromtimestamp(stat.st_mtime, tz=timezone.utc))
+        )
     return sorted(found, key=lambda f: f.path)
 
 

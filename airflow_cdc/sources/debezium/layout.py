@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from airflow_cdc.model import CdcError
+from airflow_cdc.sources.read_errors import walk_files
 
 #: A listing function: every path (file or object name, full) under a prefix, recursively.
 Lister = Callable[[str], Iterable[str]]
@@ -227,10 +228,7 @@ def local_lister(path_prefix: str) -> list[str]:
     root = Path(path_prefix.removeprefix("file://"))
     if not root.is_dir():
         return []
-    found = []
-    for folder, _, names in os.walk(root):
-        for name in names:
-            found.append(str(Path(folder) / name))
+    found = [str(path) for path in walk_files(root, f"Debezium sink folder {path_prefix!r}")]
     # Keep the caller's spelling of the prefix so list_sink_files can tell what is under it.
     base = path_prefix if path_prefix.endswith("/") else path_prefix + "/"
     return sorted(base + os.path.relpath(p, root).replace(os.sep, "/") for p in found)
