@@ -28,6 +28,7 @@ import re
 import struct
 from collections.abc import Mapping
 
+from airflow_cdc.faults import crash_point
 from airflow_cdc.model import validate_identifier
 
 DECODERS = ("string", "int64", "double", "bool", "bytes")
@@ -229,6 +230,7 @@ def apply_window(spark, config, data: Mapping, tables) -> list[dict]:
             if commits["cells"] is None:
                 tables.merge(cells, names["cells"],
                              ["row_key", "family", "qualifier", "cell_ts"], counts)
+                crash_point("apply.after_target_commit")  # the reliability matrix's point
             table_result["target_snapshot_id"] = tables.snapshot_id(names["cells"])
             if commits["cell_tombstones"] is None:
                 tombs = spark.createDataFrame(
