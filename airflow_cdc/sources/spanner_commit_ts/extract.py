@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from airflow_cdc.faults import crash_point
 from airflow_cdc.model import PartitionOutcome, PartitionPosition, format_ts, parse_ts
 from airflow_cdc.sources.base import DeadLetter, WindowRead, changelog_tuple, dead_letter_tuple
 from airflow_cdc.sources.spanner_commit_ts import RESEED_PREFIX
@@ -279,6 +280,7 @@ class _TaskContext:
             batch = {"partition": token, "query": {
                 "sql": sql, "params": params or None,
                 "param_types": {n: param_types.TIMESTAMP for n in params} or None}}
+            crash_point("extract.reading")  # the reliability matrix's point (off: a no-op)
             for values in snapshot.process_query_batch(batch):
                 if read.mode == KEYS:
                     types = plan.types
