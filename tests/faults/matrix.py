@@ -210,6 +210,7 @@ def asset_events(world, ends: list[datetime]) -> Check:
             .where(AssetEvent.source_dag_id == world.dag_id)
             # only this world's runs (run_window.py: run id = the window end) in a shared DB
             .where(AssetEvent.source_run_id.in_([f"manual__{end.isoformat()}" for end in ends]))
+            .where(AssetEvent.timestamp >= world.created_at)  # not an earlier world's runs
         ).all()
     per = Counter((uri, (extra or {}).get("window_end")) for uri, extra in rows)
     uris = {uri for uri, _ in per}

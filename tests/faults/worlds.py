@@ -4,7 +4,7 @@ configuration and its truth at every window end (see ``matrix.py``)."""
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -34,6 +34,9 @@ class World:
         }
         self.start: datetime | None = None
         self.stream_id = ""
+        # Asset events of this world's runs are recorded after this instant: a shared Airflow
+        # DB (the test suite's) may hold events of other runs with the same DAG and run ids.
+        self.created_at = datetime.now(timezone.utc)
 
     def __enter__(self):
         return self
