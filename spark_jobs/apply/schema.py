@@ -169,7 +169,9 @@ def plan_tables(
             )
             continue
         existing = read_existing_target(spark, target)
-        key_names = existing.key_names if existing is not None and existing.key_names else first_keys(source_table)
+        # first_keys reads the window's rows: only for a target still to be created (an
+        # existing one names its keys, or is refused by _plan_table).
+        key_names = existing.key_names if existing is not None else first_keys(source_table)
         plans.append(_plan_table(source_table, target, existing, key_names or (), table_declarations, config))
     return plans
 

@@ -160,29 +160,28 @@ def debezium_stream(tmp_path, prefix) -> Pipeline:
         "settings": {"flush_lateness_seconds": 60}})
 
 
-def list_as_unprivileged(code: str) -> "subprocess.CompletedProcess":
-    """Run ``code`` (Python) in a process that file permissions apply to: as root, without the
-    capabilities that bypass them (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH), so an unreadable
-    folder is refused to it as to any other user."""
+def list_unlistable_folder(base, listing: str) -> tuple["subprocess.CompletedProcess", "Path"]:
+    """Under ``base``, one readable file and a subfolder nobody may list (mode 000) holding
+    another; run ``listing`` (Python, ``{root}`` replaced by ``base``) in a process that file
+    permissions apply to: as root, without the capabilities that bypass them (CAP_DAC_OVERRIDE,
+    CAP_DAC_READ_SEARCH). Returns the process and the unlistable subfolder."""
     import os
     import subprocess
     import sys
     from pathlib import Path
 
-    command = [sys.executable, "-c", code]
-    if os.geteuid() == 0:
-        command = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--", *command]
-    root = Path(__file__).resolve().parents[2]
-    return subprocess.run(command, capture_output=True, text=True, cwd=root, timeout=120)
-
-
-def unlistable_folder(base) -> "Path":
-    """``base`` with one readable file and a subfolder nobody may list (mode 000) holding
-    another; returns the subfolder (give it back its mode when done)."""
     (base / "ok").mkdir(parents=True)
     (base / "ok" / "a.jsonl").write_text("{}\n")
     hidden = base / "hidden"
     hidden.mkdir()
     (hidden / "b.jsonl").write_text("{}\n")
+    command = [sys.executable, "-c", listing.replace("{root}", str(base))]
+    if os.geteuid() == 0:
+        command = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--", *command]
     hidden.chmod(0)
-    return hidden
+    try:
+        ran = subprocess.run(command, capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parents[2], timeout=120)
+    finally:
+        hidden.chmod(0o755)
+    return ran, hidden

@@ -138,16 +138,11 @@ def test_a_gcs_listing_that_fails_once_is_retried_and_the_plan_holds_every_file(
 
 
 def test_a_local_folder_that_cannot_be_listed_fails_the_listing_naming_it_and_the_fix(tmp_path):
-    from .support import list_as_unprivileged, unlistable_folder
+    from .support import list_unlistable_folder
 
-    hidden = unlistable_folder(tmp_path / "events")
-    tmp_path.chmod(0o755)  # the parents stay listable
-    try:
-        ran = list_as_unprivileged(
-            "from airflow_cdc.sources.datastream.discovery import list_local_files\n"
-            f"print(list_local_files({str(tmp_path / 'events')!r}))")
-    finally:
-        hidden.chmod(0o755)
+    ran, hidden = list_unlistable_folder(
+        tmp_path / "events", "from airflow_cdc.sources.datastream.discovery import list_local_files\n"
+        "print(list_local_files('{root}'))")
 
     assert ran.returncode != 0
     assert "FolderListingError" in ran.stderr and f"folder '{hidden}'" in ran.stderr

@@ -107,16 +107,11 @@ def test_a_gcs_listing_that_fails_once_is_retried_and_the_plan_holds_every_file(
 
 
 def test_a_local_sink_folder_that_cannot_be_listed_fails_the_listing_naming_it_and_the_fix(tmp_path):
-    from .support import list_as_unprivileged, unlistable_folder
+    from .support import list_unlistable_folder
 
-    hidden = unlistable_folder(tmp_path / "sink")
-    tmp_path.chmod(0o755)
-    try:
-        ran = list_as_unprivileged(
-            "from airflow_cdc.sources.debezium.layout import local_lister\n"
-            f"print(local_lister({str(tmp_path / 'sink') + '/'!r}))")
-    finally:
-        hidden.chmod(0o755)
+    ran, hidden = list_unlistable_folder(
+        tmp_path / "sink", "from airflow_cdc.sources.debezium.layout import local_lister\n"
+        "print(local_lister('{root}/'))")
 
     assert ran.returncode != 0
     assert "FolderListingError" in ran.stderr and f"folder '{hidden}'" in ran.stderr
