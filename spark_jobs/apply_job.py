@@ -52,6 +52,7 @@ def main(argv: Sequence[str] | None = None, spark=None) -> int:
 
     from spark_jobs.apply import DeadLettersError, apply_window
     from spark_jobs.secret_conf import load_secret_conf
+    from spark_jobs.session import end_job_session
 
     owned = spark is None
     if owned:
@@ -81,7 +82,7 @@ def main(argv: Sequence[str] | None = None, spark=None) -> int:
         return code
     finally:
         if owned:
-            spark.stop()
+            end_job_session(spark)
 
 
 def _source_apply(data: dict):

@@ -81,6 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from spark_jobs.changelog import require_catalog, write_text, write_window
     from spark_jobs.secret_conf import load_secret_conf
+    from spark_jobs.session import end_job_session
 
     builder = SparkSession.builder.appName(f"cdc-changelog-{args.table}")
     builder = builder.config("spark.sql.session.timeZone", "UTC")
@@ -96,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"changelog_writer: error: {type(error).__name__}: {error}", file=sys.stderr)
         return 1
     finally:
-        spark.stop()
+        end_job_session(spark)
     print(f"changelog_writer: {result.to_json()}")
     return 0
 

@@ -370,6 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from spark_jobs.changelog import read_text, write_text
     from spark_jobs.secret_conf import load_secret_conf
+    from spark_jobs.session import end_job_session
 
     args = parse_args(argv)
     spark = SparkSession.builder.getOrCreate()
@@ -386,7 +387,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             apply_in_same_application(spark, args.apply_config, args.apply_result,
                                       result.get("snapshot_id"))
     finally:
-        spark.stop()
+        end_job_session(spark)
     return 0
 
 

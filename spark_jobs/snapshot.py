@@ -362,6 +362,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from spark_jobs.changelog import read_text, write_text
     from spark_jobs.secret_conf import load_secret_conf
+    from spark_jobs.session import end_job_session
 
     args = parse_args(argv)
     spark = SparkSession.builder.getOrCreate()
@@ -372,7 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary = run_snapshot(spark, spec)
         write_text(spark, args.result, json.dumps(summary, sort_keys=True))
     finally:
-        spark.stop()
+        end_job_session(spark)
     return 0
 
 
