@@ -67,6 +67,10 @@ FULL_SIZES = (0, 1_000, 100_000, 1_000_000)
 # The example DAG's switches for the strategies of issue 27 (apply fused into the extract's
 # Spark application; the empty-window rule): --baseline turns both off.
 BASELINE = {"CDC_FUSE_APPLY": "false", "CDC_EMPTY_WINDOW_PROBE_LIMIT": "-1"}
+# The warm driver (airflow_cdc.spark.warm), on in the default design: started by the warm-up
+# window's job, it runs the measured window's jobs. --cold measures the same window with a
+# spark-submit per job instead (design=spark-submit).
+WARM_IDLE_SECONDS = "600"
 EMPTY_APPLICATION = "from pyspark.sql import SparkSession\nSparkSession.builder.getOrCreate().stop()\n"
 
 
@@ -80,6 +84,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="SPARK_DRIVER_MEMORY of every spark-submit (default 4g)")
     parser.add_argument("--baseline", action="store_true",
                         help="also each window with both strategies off (a line with design=baseline)")
+    parser.add_argument("--cold", action="store_true",
+                        help="also each window with a spark-submit per job, the warm driver off "
+                             "(a line with design=spark-submit)")
     parser.add_argument("--verbose", action="store_true",
                         help="INFO task logs in <base>/changes-<n>/windows.log (default: warnings)")
     parser.add_argument("--profile", action="store_true",
@@ -230,6 +237,7 @@ def run_windows(env: dict[str, str], plan: dict, log: Path) -> dict:
 
 def measure(size: int, folder: Path, template_db: Path, args) -> list[str]:
     from airflow_cdc.emulators.spanner import SpannerChangeStreamEmulator, generate_history
+    from airflow_cdc.spark.warm import stop_warm_drivers
 
     base = folder / f"changes-{size}"
     base.mkdir()
@@ -245,21 +253,27 @@ def measure(size: int, folder: Path, template_db: Path, args) -> list[str]:
     )
     print(f"bench window: {size}: history of {history.change_count} changes in "
           f"{time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
-    designs = [("", {})]
-    if args.baseline:  # first, in a world of its own: both strategies off
+    designs = [("", {"CDC_WARM_DRIVER_IDLE_SECONDS": WARM_IDLE_SECONDS})]
+    if args.cold:  # in a world of its own: fused apply and the empty-window rule, no warm driver
+        designs.insert(0, ("spark-submit", {}))
+    if args.baseline:  # first, in a world of its own: all three strategies off
         designs.insert(0, ("baseline", BASELINE))
     lines = []
     with SpannerChangeStreamEmulator(history, now=T0 + MEASURED) as emulator:
         for design, knobs in designs:
             world = base / (design or "default")
             world.mkdir()
-            env = {**window_env(world, history, emulator.emulator_host, template_db, args), **knobs}
+            env = {**window_env(world, history, emulator.emulator_host, template_db, args),
+                   "AIRFLOW_CDC_WARM_DIR": str(world / "warm"), **knobs}
             plan = {
                 "base": str(world),
                 "warm_up_end": T0.isoformat(), "warm_up_minutes": int(WARM_UP.total_seconds() // 60),
                 "end": (T0 + MEASURED).isoformat(), "minutes": int(MEASURED.total_seconds() // 60),
             }
-            measured = run_windows(env, plan, world / "windows.log")
+            try:
+                measured = run_windows(env, plan, world / "windows.log")
+            finally:
+                stop_warm_drivers(world / "warm")
             tasks, seconds, floor = measured["tasks"], measured["seconds"], measured["floor_seconds"]
             steps = " ".join(f"{step}={tasks.get(f'{GROUP}.{step}') or 0:.2f}" for step in STEPS)
             lines.append(

@@ -37,10 +37,14 @@ DEFERRABLE = {"true": True, "false": False}.get(os.environ.get("CDC_DEFERRABLE",
 # The window's cost strategies (on by default; bench/window.py --baseline turns them off):
 # CDC_FUSE_APPLY=false runs apply in a Spark application of its own, and
 # CDC_EMPTY_WINDOW_PROBE_LIMIT=-1 never reads a window in the extract task to prove it empty.
+# CDC_WARM_DRIVER_IDLE_SECONDS=<s> runs the Spark jobs in a driver kept warm on the worker for
+# that long after its last job (off by default: a spark-submit per job).
 COST = {
     **({"fuse_apply": False} if os.environ.get("CDC_FUSE_APPLY", "").lower() == "false" else {}),
     **({"empty_window_probe_limit": int(os.environ["CDC_EMPTY_WINDOW_PROBE_LIMIT"])}
        if os.environ.get("CDC_EMPTY_WINDOW_PROBE_LIMIT") else {}),
+    **({"warm_driver_idle_seconds": float(os.environ["CDC_WARM_DRIVER_IDLE_SECONDS"])}
+       if os.environ.get("CDC_WARM_DRIVER_IDLE_SECONDS") else {}),
 }
 # With CDC_DATAPROC_CLUSTER the Spark jobs run on that Dataproc cluster (AIRFLOW_CDC_WORK_ROOT
 # must then be a gs:// URI the cluster reads); make demo-cluster sets both.

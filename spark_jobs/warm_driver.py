@@ -13,7 +13,9 @@ window's jobs find the JVM, the catalog and the workers warm.
 Protocol, one JSON object per line:
 
 * the driver greets every connection: ``{"hello": {"pid", "application_id", "jobs"}}``;
-* the runner sends ``{"run": {"module", "args", "secret_conf_file", "name"}}`` or ``{"stop": true}``;
+* the runner sends ``{"run": {"module", "args", "conf", "name"}}`` or ``{"stop": true}``, where
+  ``conf`` is the job's own (its secret file, OpenLineage's parent run), set on the session
+  for this job only;
 * the driver acknowledges (``{"started": n}``), streams the job's Python output
   (``{"line": text}``) and ends with ``{"exit": code}``.
 
@@ -36,8 +38,6 @@ import threading
 import time
 import traceback
 from collections.abc import Sequence
-
-from airflow_cdc.spark.job import SECRET_CONF_FILE_KEY
 
 # A job whose runner went away must end this long after its Spark jobs were cancelled, or
 # the driver exits (a job stuck outside Spark, e.g. on a source's socket).
@@ -213,8 +213,9 @@ class WarmDriver:
         started = time.monotonic()
         print(f"warm driver: job {number} {run.get('name', '')}: "
               f"spark_jobs.{run['module']} {' '.join(run.get('args', []))}", flush=True)
-        if run.get("secret_conf_file"):
-            self.spark.conf.set(SECRET_CONF_FILE_KEY, run["secret_conf_file"])
+        job_conf = dict(run.get("conf") or {})
+        for key, value in job_conf.items():
+            self.spark.conf.set(key, value)
         context.setJobGroup(group, run.get("name", group), interruptOnCancel=True)
         code = 1
         try:
@@ -230,7 +231,8 @@ class WarmDriver:
             code = 1
         finally:
             done.set()
-            self.spark.conf.unset(SECRET_CONF_FILE_KEY)
+            for key in job_conf:
+                self.spark.conf.unset(key)
             self._forget_job_state()
             print(f"warm driver: job {number} ended with exit code {code} "
                   f"in {time.monotonic() - started:.1f} s", flush=True)

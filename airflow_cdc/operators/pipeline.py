@@ -87,6 +87,9 @@ class PipelineOptions:
     # Probe a window for emptiness in the worker when the previous one had at most this many
     # changes (-1: never); see airflow_cdc.pipeline.empty_window.
     empty_window_probe_limit: int = DEFAULT_PROBE_LIMIT
+    # Run the Spark jobs in a warm driver on the worker, kept this many seconds after its last
+    # job (None: a spark-submit per job); see airflow_cdc.spark.warm.
+    warm_driver_idle_seconds: float | None = None
 
     @classmethod
     def named(cls, factory: str, options: Mapping[str, Any]) -> PipelineOptions:
@@ -124,7 +127,8 @@ def protocol_group(
         lease_seconds=options.lease_seconds,
     )
     spark = dict(spark_conn_id=options.spark_conn_id, spark_conf=options.spark_conf,
-                 dataproc=options.dataproc, deferrable=options.deferrable)
+                 dataproc=options.dataproc, deferrable=options.deferrable,
+                 warm_driver_idle_seconds=options.warm_driver_idle_seconds)
     group_args = {"dag": options.dag} if options.dag is not None else {}
     with TaskGroup(group_id=group_id, **group_args) as group:
         plan = CdcPlanOperator(

@@ -401,7 +401,11 @@ class CdcSparkOperator(CdcWindowOperator):
     connection id runs through the Spark provider's SparkSubmitHook (standalone, YARN, k8s);
     ``dataproc`` (:class:`~airflow_cdc.spark.dataproc.DataprocCluster` or
     :class:`~airflow_cdc.spark.dataproc.DataprocServerless`) submits to Dataproc, the files
-    the job needs staged under the work root (a ``gs://`` URI). With ``deferrable`` a Dataproc
+    the job needs staged under the work root (a ``gs://`` URI). ``warm_driver_idle_seconds``
+    (local Spark only) runs the job in a warm driver on the worker
+    (:class:`~airflow_cdc.spark.warm.WarmSparkRunner`), started by the first job and kept that
+    many seconds after the last: a window's jobs then pay no JVM, session or catalog start.
+    With ``deferrable`` a Dataproc
     job is waited for in the triggerer (:class:`~airflow_cdc.triggers.dataproc.
     CdcDataprocRunTrigger`, which keeps the window's lease); the task then resumes into
     ``execute``, whose steps before the job are idempotent, and takes the job's final state
@@ -415,12 +419,22 @@ class CdcSparkOperator(CdcWindowOperator):
         spark_conf: Mapping[str, str] | None = None,
         dataproc: Any = None,
         deferrable: bool | None = None,
+        warm_driver_idle_seconds: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         if spark_conn_id and dataproc is not None:
             raise ValueError(f"task {kwargs.get('task_id')!r}: give spark_conn_id or dataproc, "
                              f"not both")
+        if warm_driver_idle_seconds and (spark_conn_id or dataproc is not None):
+            raise ValueError(f"task {kwargs.get('task_id')!r}: warm_driver_idle_seconds keeps a "
+                             f"local Spark driver warm; it does not apply with spark_conn_id or "
+                             f"dataproc (leave it unset there)")
+        if warm_driver_idle_seconds is not None and warm_driver_idle_seconds < 0:
+            raise ValueError(f"task {kwargs.get('task_id')!r}: warm_driver_idle_seconds="
+                             f"{warm_driver_idle_seconds!r} is negative: give seconds, or 0/None "
+                             f"for a spark-submit per job")
+        self.warm_driver_idle_seconds = warm_driver_idle_seconds or None
         self.spark_conn_id = spark_conn_id
         self.spark_conf = dict(spark_conf or {})
         self.dataproc = dataproc
@@ -445,6 +459,10 @@ class CdcSparkOperator(CdcWindowOperator):
                                         logger=self.log)
         if self.spark_conn_id:
             return SparkSubmitHookRunner(conn_id=self.spark_conn_id)
+        if self.warm_driver_idle_seconds:
+            from airflow_cdc.spark.warm import WarmSparkRunner
+
+            return WarmSparkRunner(master="local[*]", idle_seconds=self.warm_driver_idle_seconds)
         return LocalSparkRunner(master="local[*]")
 
     def run_job(self, spec, store=None, window: Window | None = None, owner: str | None = None) -> None:

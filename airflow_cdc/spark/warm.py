@@ -22,8 +22,10 @@ can reach, and streams the job's lines to the task log as spark-submit's would b
   dead spark-submit does; the task's retry then starts a new driver. A task killed during its
   job closes the connection and the driver cancels the job's Spark jobs
   (:mod:`spark_jobs.warm_driver`).
-* **Secrets** travel as for a local spark-submit: an anonymous memory file of the task's
-  process, named in the request, read by the driver while the task waits.
+* **A job's own conf** (:data:`PER_JOB_CONF_PREFIXES`) is not part of the key: it travels
+  with the request and is set on the session for that job. Secrets travel as for a local
+  spark-submit: an anonymous memory file of the task's process, named in that conf
+  (``spark.airflow_cdc.secretConfFile``), read by the driver while the task waits.
 * **Iceberg's table cache** is off in a warm driver's catalogs (``cache-enabled=false``):
   another application (a cold job, a user's own) may commit to the same tables between two
   jobs, and each job must start from their latest metadata.
@@ -69,6 +71,14 @@ _LAUNCH_ENV_PREFIXES = ("AIRFLOW_CDC_", "SPARK_", "PYSPARK_", "JAVA_", "HADOOP_"
                         "AWS_", "PYTHONPATH")
 _LAUNCH_ENV_SUFFIXES = ("_EMULATOR_HOST",)
 _CATALOG_PREFIX = "spark.sql.catalog."
+# Conf that belongs to one job, not to the application: sent with each request and set on
+# the session for that job only (the secret file of this task; OpenLineage's parent run).
+PER_JOB_CONF_PREFIXES = (SECRET_CONF_FILE_KEY, "spark.openlineage.parent", "spark.openlineage.root")
+
+
+def per_job(key: str) -> bool:
+    """Whether a conf key is the job's own (:data:`PER_JOB_CONF_PREFIXES`)."""
+    return key.startswith(PER_JOB_CONF_PREFIXES)
 
 # Drivers this process started, polled so that an exited one does not stay a zombie.
 _STARTED: list[subprocess.Popen] = []
@@ -101,7 +111,7 @@ def driver_key(spec: SparkJobSpec, master: str, environ: dict[str, str] | None =
     secrets = hashlib.sha256(json.dumps(dict(spec.secret_conf), sort_keys=True).encode()).hexdigest()
     described = {
         "master": master,
-        "conf": {k: v for k, v in spec.conf.items() if k != SECRET_CONF_FILE_KEY},
+        "conf": {k: v for k, v in spec.conf.items() if not per_job(k)},
         "jars": spec.jars, "packages": spec.packages, "py_files": spec.py_files,
         "files": spec.files, "env_vars": dict(spec.env_vars), "launch_env": launch_env,
         "memory": [spec.driver_memory, spec.executor_memory, spec.executor_cores,
@@ -173,18 +183,18 @@ class WarmSparkRunner:
                               "%r cold", key, self.busy_wait_seconds, spec.name)
                 return self.cold.run(spec)
             with secret_conf_file(spec) as public:
-                secret_file = public.conf.get(SECRET_CONF_FILE_KEY)
+                job_conf = {k: v for k, v in public.conf.items() if per_job(k)}
                 try:
-                    return self._run_warm(spec, module, key, paths, secret_file)
+                    return self._run_warm(spec, module, paths, job_conf)
                 except WarmDriverGone as gone:
                     self.log.info("The warm Spark driver went away before the job started (%s): "
                                   "starting another", gone)
-                    return self._run_warm(spec, module, key, paths, secret_file)
+                    return self._run_warm(spec, module, paths, job_conf)
 
-    def _run_warm(self, spec: SparkJobSpec, module: str, key: str, paths: dict[str, Path],
-                  secret_file: str | None) -> SparkJobResult:
+    def _run_warm(self, spec: SparkJobSpec, module: str, paths: dict[str, Path],
+                  job_conf: dict[str, str]) -> SparkJobResult:
         started = time.monotonic()
-        sock = self._connect_or_start(spec, key, paths)
+        sock = self._connect_or_start(spec, paths)
         self._connection = sock
         tail: collections.deque[str] = collections.deque(maxlen=self.log_tail_lines)
         try:
@@ -194,7 +204,7 @@ class WarmSparkRunner:
                 raise WarmDriverGone("no greeting")
             self.last_driver = hello["hello"]
             request = {"run": {"module": module, "args": list(spec.application_args),
-                               "name": spec.name, "secret_conf_file": secret_file}}
+                               "name": spec.name, "conf": job_conf}}
             try:
                 sock.sendall((json.dumps(request) + "\n").encode("utf-8"))
             except OSError as error:
@@ -228,7 +238,7 @@ class WarmSparkRunner:
         self.log.info("Spark job %r finished in %.1f s (warm driver)", spec.name, duration)
         return SparkJobResult(spec.name, code, tuple(tail), duration)
 
-    def _connect_or_start(self, spec: SparkJobSpec, key: str, paths: dict[str, Path]) -> socket.socket:
+    def _connect_or_start(self, spec: SparkJobSpec, paths: dict[str, Path]) -> socket.socket:
         sock = _connect(paths["sock"])
         if sock is not None:
             return sock
@@ -250,7 +260,7 @@ class WarmSparkRunner:
             application_args=("--socket", str(paths["sock"]),
                               "--idle-seconds", f"{self.idle_seconds:g}"),
             name="airflow-cdc-warm-driver",
-            conf={**_without_table_cache(spec.conf)},
+            conf=_without_table_cache({k: v for k, v in spec.conf.items() if not per_job(k)}),
             secret_conf={},
         )
         cmd = self.cold.command(server)
