@@ -84,6 +84,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="SPARK_DRIVER_MEMORY of every spark-submit (default 4g)")
     parser.add_argument("--baseline", action="store_true",
                         help="also each window with both strategies off (a line with design=baseline)")
+    parser.add_argument("--warm-ups", type=int, default=3,
+                        help="one-minute windows run before the measured one (default 3)")
     parser.add_argument("--cold", action="store_true",
                         help="also each window with a spark-submit per job, the warm driver off "
                              "(a line with design=spark-submit)")
@@ -97,8 +99,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.sizes = tuple(int(s) for s in args.sizes.split(","))
     else:
         args.sizes = FULL_SIZES if args.full else QUICK_SIZES
-    if any(s < 0 for s in args.sizes) or args.partitions < 1:
-        parser.error("--sizes must be counts >= 0 and --partitions at least 1")
+    if any(s < 0 for s in args.sizes) or args.partitions < 1 or args.warm_ups < 1:
+        parser.error("--sizes must be counts >= 0, --partitions and --warm-ups at least 1")
     return args
 
 
@@ -108,8 +110,10 @@ def run_child(plan_json: str) -> int:
     in this process (as a long-running Airflow would, the measured window pays no interpreter
     start nor Airflow's one-time set-up); print the figures as JSON."""
     plan = json.loads(plan_json)
-    warm = run_dag_window(datetime.fromisoformat(plan["warm_up_end"]), plan["warm_up_minutes"])
-    print(f"bench window: warm-up window {warm['seconds']:.1f} s", file=sys.stderr, flush=True)
+    for warm_up_end in plan["warm_up_ends"]:
+        warm = run_dag_window(datetime.fromisoformat(warm_up_end), plan["warm_up_minutes"])
+        print(f"bench window: warm-up window ending {warm_up_end}: {warm['seconds']:.1f} s",
+              file=sys.stderr, flush=True)
     # The floor: the median of three bare spark-submits, one before the measured window and
     # two after it (on a shared machine a single one varies by half).
     floors = [floor_seconds(Path(plan["base"]))]
@@ -244,11 +248,11 @@ def measure(size: int, folder: Path, template_db: Path, args) -> list[str]:
     # The warm-up minute holds a tenth of the changes (a tenth of the measured window's rate
     # x length), so both windows read the same kind of history; an empty window's history
     # ends at T0 and the emulator's clock stands at its end.
-    duration = WARM_UP + (MEASURED if size else timedelta(0))
+    duration = WARM_UP * args.warm_ups + (MEASURED if size else timedelta(0))
     rate = size / MEASURED.total_seconds() if size else 200 / WARM_UP.total_seconds()
     began = time.perf_counter()
     history = generate_history(
-        seed=27, start=T0 - WARM_UP, duration=duration, changes_per_second=rate,
+        seed=27, start=T0 - WARM_UP * args.warm_ups, duration=duration, changes_per_second=rate,
         initial_partitions=args.partitions, splits=0, merges=0, three_way_merges=0, quiet_periods=0,
     )
     print(f"bench window: {size}: history of {history.change_count} changes in "
@@ -267,7 +271,9 @@ def measure(size: int, folder: Path, template_db: Path, args) -> list[str]:
                    "AIRFLOW_CDC_WARM_DIR": str(world / "warm"), **knobs}
             plan = {
                 "base": str(world),
-                "warm_up_end": T0.isoformat(), "warm_up_minutes": int(WARM_UP.total_seconds() // 60),
+                "warm_up_ends": [(T0 - WARM_UP * (args.warm_ups - 1 - n)).isoformat()
+                                 for n in range(args.warm_ups)],
+                "warm_up_minutes": int(WARM_UP.total_seconds() // 60),
                 "end": (T0 + MEASURED).isoformat(), "minutes": int(MEASURED.total_seconds() // 60),
             }
             try:

@@ -42,6 +42,19 @@ from collections.abc import Sequence
 # A job whose runner went away must end this long after its Spark jobs were cancelled, or
 # the driver exits (a job stuck outside Spark, e.g. on a source's socket).
 ABANDONED_GRACE_SECONDS = 60.0
+# A folder: each job's driver side is profiled (cProfile) into job-<n>.prof there.
+PROFILE_ENV = "AIRFLOW_CDC_WARM_PROFILE_DIR"
+
+
+def _profiler():
+    """A running cProfile profiler when :data:`PROFILE_ENV` names a folder, else None."""
+    if not os.environ.get(PROFILE_ENV):
+        return None
+    import cProfile
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    return profiler
 
 
 class _JobOutput:
@@ -218,6 +231,7 @@ class WarmDriver:
             self.spark.conf.set(key, value)
         context.setJobGroup(group, run.get("name", group), interruptOnCancel=True)
         code = 1
+        profiler = _profiler()
         try:
             module = importlib.import_module(f"spark_jobs.{run['module']}")
             code = module.main(list(run.get("args", [])))
@@ -230,6 +244,9 @@ class WarmDriver:
             traceback.print_exc()
             code = 1
         finally:
+            if profiler is not None:
+                profiler.disable()
+                profiler.dump_stats(os.path.join(os.environ[PROFILE_ENV], f"job-{number}.prof"))
             done.set()
             for key in job_conf:
                 self.spark.conf.unset(key)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 
-def side_by_side(calls: list[Callable[[], None]]) -> None:
+def side_by_side(calls: list[Callable[[], None]], name: str = "cdc-apply-commit") -> None:
     """Run ``calls`` in parallel threads (inline when there is one); raise the first failure.
 
     A failed call does not stop the others; once all are done, the first failure in the
@@ -30,7 +30,7 @@ def side_by_side(calls: list[Callable[[], None]]) -> None:
         return
     from pyspark.util import inheritable_thread_target
 
-    with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="cdc-apply-commit") as pool:
+    with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix=name) as pool:
         futures = [pool.submit(inheritable_thread_target(call)) for call in calls]
     for future in futures:
         error = future.exception()

@@ -150,12 +150,13 @@ def test_a_window_read_from_more_partitions_than_cores_is_committed_in_one_file_
     assert [int(r.files) <= cores for r in files] == [True]
 
 
-def test_the_transaction_check_on_executors_counts_transactions_and_names_the_first_incomplete_one(
-    spark,
-):
+@pytest.mark.parametrize("where", ["check_transactions_on_executors", "check_transactions_on_driver"])
+def test_the_transaction_check_counts_transactions_and_names_the_first_incomplete_one(spark, where):
+    import spark_jobs.extract
     from airflow_cdc.pipeline.partition_lineage import IncompleteTransactionError
     from airflow_cdc.sources.base import TransactionTally
-    from spark_jobs.extract import check_transactions_on_executors
+
+    check_transactions = getattr(spark_jobs.extract, where)
 
     window = Window("s", datetime_at(0), datetime_at(60))
 
@@ -167,14 +168,14 @@ def test_the_transaction_check_on_executors_counts_transactions_and_names_the_fi
         [TransactionTally("t1", 2, frozenset({"00000000"})), TransactionTally("t3", 1, frozenset({"00000000"}))],
         [TransactionTally("t1", 2, frozenset({"00000001"}))],
     )
-    assert check_transactions_on_executors(spark.sparkContext, two_partitions, window, []) == 2
+    assert check_transactions(spark.sparkContext, two_partitions, window, []) == 2
 
     missing = reads(
         [TransactionTally("t9", 3, frozenset({"00000000"})), TransactionTally("t5", 2, frozenset({"00000000"}))],
         [TransactionTally("t9", 3, frozenset({"00000001"}))],
     )
     with pytest.raises(IncompleteTransactionError, match="transaction t5 has 1 of its 2 data change records"):
-        check_transactions_on_executors(spark.sparkContext, missing, window, [])
+        check_transactions(spark.sparkContext, missing, window, [])
 
 
 def datetime_at(minutes: int):
