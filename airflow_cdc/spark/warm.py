@@ -26,7 +26,7 @@ can reach, and streams the job's lines to the task log as spark-submit's would b
   with the request and is set on the session for that job. Secrets travel as for a local
   spark-submit: an anonymous memory file of the task's process, named in that conf
   (``spark.airflow_cdc.secretConfFile``), read by the driver while the task waits.
-* **Iceberg's table cache** is off in a warm driver's catalogs (``cache-enabled=false``):
+* **Iceberg's table cache** is emptied after every job (:mod:`spark_jobs.warm_driver`):
   another application (a cold job, a user's own) may commit to the same tables between two
   jobs, and each job must start from their latest metadata.
 
@@ -70,7 +70,6 @@ DEFAULT_START_TIMEOUT_SECONDS = 300.0
 _LAUNCH_ENV_PREFIXES = ("AIRFLOW_CDC_", "SPARK_", "PYSPARK_", "JAVA_", "HADOOP_", "GOOGLE_",
                         "AWS_", "PYTHONPATH")
 _LAUNCH_ENV_SUFFIXES = ("_EMULATOR_HOST",)
-_CATALOG_PREFIX = "spark.sql.catalog."
 # Conf that belongs to one job, not to the application: sent with each request and set on
 # the session for that job only (the secret file of this task; OpenLineage's parent run).
 PER_JOB_CONF_PREFIXES = (SECRET_CONF_FILE_KEY, "spark.openlineage.parent", "spark.openlineage.root")
@@ -260,7 +259,7 @@ class WarmSparkRunner:
             application_args=("--socket", str(paths["sock"]),
                               "--idle-seconds", f"{self.idle_seconds:g}"),
             name="airflow-cdc-warm-driver",
-            conf=_without_table_cache({k: v for k, v in spec.conf.items() if not per_job(k)}),
+            conf={k: v for k, v in spec.conf.items() if not per_job(k)},
             secret_conf={},
         )
         cmd = self.cold.command(server)
@@ -316,16 +315,6 @@ def stop_warm_drivers(state_dir: str | Path | None = None, timeout: float = 60.0
                 next(messages, None)
                 asked += 1
     return asked
-
-
-def _without_table_cache(conf) -> dict[str, str]:
-    """``conf`` with Iceberg's table cache off in each catalog it defines (see the module doc)."""
-    result = dict(conf)
-    for key in conf:
-        name = key[len(_CATALOG_PREFIX):]
-        if key.startswith(_CATALOG_PREFIX) and name and "." not in name:
-            result.setdefault(f"{key}.cache-enabled", "false")
-    return result
 
 
 def _connect(path: Path, timeout: float | None = None) -> socket.socket | None:

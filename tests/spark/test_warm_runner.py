@@ -77,6 +77,28 @@ def test_failing_job_raises_spark_job_error_and_the_driver_serves_the_next(warm,
     assert runner.last_driver["application_id"] == failed_in
 
 
+def test_emptied_table_cache_shows_a_commit_made_by_another_catalog_instance(spark, tmp_path):
+    from spark_jobs.warm_driver import empty_table_caches
+
+    warehouse = (tmp_path / "warehouse").absolute().as_uri()
+    for name, cache in (("warmcached", "true"), ("warmwriter", "false")):
+        spark.conf.set(f"spark.sql.catalog.{name}", "org.apache.iceberg.spark.SparkCatalog")
+        spark.conf.set(f"spark.sql.catalog.{name}.type", "hadoop")
+        spark.conf.set(f"spark.sql.catalog.{name}.warehouse", warehouse)
+        spark.conf.set(f"spark.sql.catalog.{name}.cache-enabled", cache)
+    spark.sql("CREATE TABLE warmcached.ns.t (id INT) USING iceberg")
+    spark.sql("INSERT INTO warmcached.ns.t VALUES (1)")
+    assert spark.table("warmcached.ns.t").count() == 1  # loaded, and cached
+    spark.sql("INSERT INTO warmwriter.ns.t VALUES (2)")  # as another application would
+    stale = spark.table("warmcached.ns.t").count()
+
+    emptied = empty_table_caches(spark)
+
+    assert stale == 1  # the cache served the table as it was
+    assert "warmcached" in emptied
+    assert spark.table("warmcached.ns.t").count() == 2
+
+
 def test_driver_killed_between_jobs_is_replaced_by_a_new_one(warm):
     runner, catalog, folder = warm
     write_window(runner, catalog, folder, 5)
