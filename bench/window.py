@@ -6,27 +6,31 @@
 For each size, a fresh world (not timed): an Airflow home (a copy of one migrated metadata
 DB), a state store, an Iceberg warehouse, and the Spanner emulator on 127.0.0.1 serving a
 generated history with no partition churn (``--partitions`` partitions) at a rate that puts
-the requested number of changes in the measured window. The example DAG
+the requested number of changes in each measured window. The example DAG
 (``dags/spanner_change_stream_to_iceberg.py``, configured by environment as ``make demo``
-configures it) then runs two windows through ``dag.test``, both in one process of their own
-(as a long-running Airflow runs window after window, the measured window pays neither an
-interpreter start nor Airflow's one-time set-up such as its in-process API app):
+configures it, plus the warm driver: ``CDC_WARM_DRIVER_IDLE_SECONDS``) then runs its windows
+through ``dag.test``, all in one process of their own (as a long-running Airflow runs window
+after window, the measured windows pay neither an interpreter start nor Airflow's one-time
+set-up such as its in-process API app):
 
-1. a warm-up window of one minute, ``[T0 - 1 min, T0)``, holding a tenth of the changes:
-   the stream's first window creates its changelog and target tables, which every later
-   window finds;
-2. the measured window of ten minutes, ``[T0, T0 + 10 min)``: the stream's steady state.
+1. ``--warm-ups`` windows of one minute each (default 3), ending at T0, each holding a
+   tenth of a measured window's changes: the stream's first window creates its changelog and
+   target tables, and the first job starts the warm Spark driver
+   (:mod:`airflow_cdc.spark.warm`), whose JIT then compiles the plans every window runs;
+2. ``--measured`` windows of ten minutes each from T0 (default 3 up to 10,000 changes, else
+   1): the stream's steady state, each right after one floor.
 
-``window_seconds`` is the wall time of the measured window's ``dag.test`` call (its five
-protocol tasks and the DAG's ``report`` task, as Airflow ran them); the per-task figures are
-the durations of the task instances Airflow recorded. The floor, measured in the same run
-(the median of three, one right before the measured window and two right after it): one
-bare ``spark-submit`` (the local runner's command line) of an
-empty PySpark application with the same Iceberg configuration (``iceberg_job_spec``), from
-its start to its exit: the JVM and the SparkSession every Spark step pays at least once.
+``window_seconds`` is the wall time of the median measured window's ``dag.test`` call (its
+five protocol tasks and the DAG's ``report`` task, as Airflow ran them); the per-task
+figures are the durations of that window's task instances as Airflow recorded them. The
+floor, measured in the same run (the median of the floors, one right before each measured
+window): one bare ``spark-submit`` (the local runner's command line) of an empty PySpark
+application with the same Iceberg configuration (``iceberg_job_spec``), from its start to its
+exit: the JVM and the SparkSession every Spark step pays at least once.
 
-With ``--baseline``, each size also runs in a world of its own with both of the window's
-cost strategies off (``fuse_apply=False``, ``empty_window_probe_limit=-1``: two Spark
+With ``--cold``, each size also runs in a world of its own with a spark-submit per job (the
+warm driver off; apply fused and the empty-window rule on), printed with
+``design=spark-submit``. With ``--baseline``, also with all three strategies off (two Spark
 applications per window, as before issue 27), printed first with ``design=baseline``.
 
 Prints one line per size (details on stderr):
@@ -86,6 +90,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="also each window with both strategies off (a line with design=baseline)")
     parser.add_argument("--warm-ups", type=int, default=3,
                         help="one-minute windows run before the measured one (default 3)")
+    parser.add_argument("--measured", type=int, default=0,
+                        help="ten-minute windows measured, the median reported (default 3 for "
+                             "sizes up to 10,000, else 1)")
     parser.add_argument("--cold", action="store_true",
                         help="also each window with a spark-submit per job, the warm driver off "
                              "(a line with design=spark-submit)")
@@ -114,14 +121,19 @@ def run_child(plan_json: str) -> int:
         warm = run_dag_window(datetime.fromisoformat(warm_up_end), plan["warm_up_minutes"])
         print(f"bench window: warm-up window ending {warm_up_end}: {warm['seconds']:.1f} s",
               file=sys.stderr, flush=True)
-    # The floor: the median of three bare spark-submits, one before the measured window and
-    # two after it (on a shared machine a single one varies by half).
-    floors = [floor_seconds(Path(plan["base"]))]
-    end = datetime.fromisoformat(plan["end"])
-    measured = run_dag_window(end, plan["minutes"])
-    floors += [floor_seconds(Path(plan["base"])) for _ in range(2)]
+    # Each measured window follows a floor (a bare spark-submit): the figures are those of the
+    # median window and the median floor (on a shared machine single runs vary by a third).
+    floors, windows = [], []
+    for end_text in plan["ends"]:
+        end = datetime.fromisoformat(end_text)
+        floors.append(floor_seconds(Path(plan["base"])))
+        window = run_dag_window(end, plan["minutes"])
+        windows.append({**window, "changes": recorded_changes(end)})
+        print(f"bench window: window ending {end_text}: {window['seconds']:.1f} s",
+              file=sys.stderr, flush=True)
     print(f"bench window: floors {', '.join(f'{f:.1f}' for f in floors)} s", file=sys.stderr, flush=True)
-    measured.update(floor_seconds=statistics.median(floors), changes=recorded_changes(end))
+    measured = sorted(windows, key=lambda w: w["seconds"])[len(windows) // 2]
+    measured.update(floor_seconds=statistics.median(floors))
     print("BENCH-WINDOW " + json.dumps(measured), flush=True)
     return 0
 
@@ -248,7 +260,8 @@ def measure(size: int, folder: Path, template_db: Path, args) -> list[str]:
     # The warm-up minute holds a tenth of the changes (a tenth of the measured window's rate
     # x length), so both windows read the same kind of history; an empty window's history
     # ends at T0 and the emulator's clock stands at its end.
-    duration = WARM_UP * args.warm_ups + (MEASURED if size else timedelta(0))
+    measured_windows = args.measured if args.measured else (3 if size <= 10_000 else 1)
+    duration = WARM_UP * args.warm_ups + (MEASURED * measured_windows if size else timedelta(0))
     rate = size / MEASURED.total_seconds() if size else 200 / WARM_UP.total_seconds()
     began = time.perf_counter()
     history = generate_history(
@@ -263,7 +276,7 @@ def measure(size: int, folder: Path, template_db: Path, args) -> list[str]:
     if args.baseline:  # first, in a world of its own: all three strategies off
         designs.insert(0, ("baseline", BASELINE))
     lines = []
-    with SpannerChangeStreamEmulator(history, now=T0 + MEASURED) as emulator:
+    with SpannerChangeStreamEmulator(history, now=T0 + MEASURED * measured_windows) as emulator:
         for design, knobs in designs:
             world = base / (design or "default")
             world.mkdir()
@@ -274,7 +287,8 @@ def measure(size: int, folder: Path, template_db: Path, args) -> list[str]:
                 "warm_up_ends": [(T0 - WARM_UP * (args.warm_ups - 1 - n)).isoformat()
                                  for n in range(args.warm_ups)],
                 "warm_up_minutes": int(WARM_UP.total_seconds() // 60),
-                "end": (T0 + MEASURED).isoformat(), "minutes": int(MEASURED.total_seconds() // 60),
+                "ends": [(T0 + MEASURED * (n + 1)).isoformat() for n in range(measured_windows)],
+                "minutes": int(MEASURED.total_seconds() // 60),
             }
             try:
                 measured = run_windows(env, plan, world / "windows.log")

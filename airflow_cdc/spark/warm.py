@@ -70,6 +70,14 @@ DEFAULT_START_TIMEOUT_SECONDS = 300.0
 _LAUNCH_ENV_PREFIXES = ("AIRFLOW_CDC_", "SPARK_", "PYSPARK_", "JAVA_", "HADOOP_", "GOOGLE_",
                         "AWS_", "PYTHONPATH")
 _LAUNCH_ENV_SUFFIXES = ("_EMULATOR_HOST",)
+# The warm driver's own Spark settings (a spec's conf overrides them). Each is a performance
+# strategy with its measured gain:
+# - every SQL shuffle map task writes one sorted file instead of a file per partition (the
+#   "bypass" writer, which Spark picks for up to 200 partitions: the default number): a small
+#   window's shuffles are many tiny map tasks, each of which created and concatenated 200
+#   files; median window of 918 changes 12.2 s -> 10.6 s (bench/window.py, same machine).
+#   Large shuffles take this writer anyway (more than 200 partitions).
+WARM_DRIVER_CONF = {"spark.shuffle.sort.bypassMergeThreshold": "0"}
 # Conf that belongs to one job, not to the application: sent with each request and set on
 # the session for that job only (the secret file of this task; OpenLineage's parent run).
 PER_JOB_CONF_PREFIXES = (SECRET_CONF_FILE_KEY, "spark.openlineage.parent", "spark.openlineage.root")
@@ -259,7 +267,7 @@ class WarmSparkRunner:
             application_args=("--socket", str(paths["sock"]),
                               "--idle-seconds", f"{self.idle_seconds:g}"),
             name="airflow-cdc-warm-driver",
-            conf={k: v for k, v in spec.conf.items() if not per_job(k)},
+            conf={**WARM_DRIVER_CONF, **{k: v for k, v in spec.conf.items() if not per_job(k)}},
             secret_conf={},
         )
         cmd = self.cold.command(server)
