@@ -44,7 +44,7 @@ from spark_jobs.apply.config import ApplyConfig
 from spark_jobs.apply.dead_letters import commit_dead_letters
 from spark_jobs.apply.faults import InjectedFault
 from spark_jobs.apply.result import ApplyResult, TableResult
-from spark_jobs.apply.table_commits import commit_tables
+from spark_jobs.apply.table_commits import commit_table
 from spark_jobs.apply.table_fold import TableWork, fold_tables, release
 from spark_jobs.changelog import check_changelog_columns
 
@@ -100,7 +100,8 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
                 result,
             )
         # 4. Per table: target, tombstones and history, guarded by the ordering key.
-        commit_tables(spark, config, works)
+        for work in works:
+            commit_table(spark, config, work)
         # 4b. Truncates: the rows ordered before each, removed after the table's commits.
         truncates.commit_truncates(spark, config, truncations, result)
     finally:

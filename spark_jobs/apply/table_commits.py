@@ -10,14 +10,13 @@ Two applies of the window at once make each commit once: the one that loses a co
 (an Iceberg conflict) takes the winner's tagged commit as its own.
 
 Performance strategies, each behind its own interface: the commits run side by side
-(``commit_threads.py``), so do the tables (:func:`commit_tables`), and a target MERGE that rewrites nearly every file skips the search
+(``commit_threads.py``), and a target MERGE that rewrites nearly every file skips the search
 for the files to rewrite (``targets.file_search``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import partial
 
 from pyspark.sql import SparkSession
 
@@ -34,7 +33,6 @@ from spark_jobs.apply.targets import (
     merge_history,
     merge_target,
     merge_tombstones,
-    rewrites_nearly_every_file,
 )
 from spark_jobs.commits import concurrent_window_commit, own_window_commit, window_properties
 
@@ -105,42 +103,6 @@ def commit_table(spark: SparkSession, config: ApplyConfig, work: TableWork) -> N
             side_by_side([lambda m=m: commit(*m) for m in missing])
     finally:
         record_snapshots(work)
-
-
-def commit_tables(spark: SparkSession, config: ApplyConfig, works: list[TableWork]) -> None:
-    """Every table's missing commits (:func:`commit_table`), the tables side by side.
-
-    A performance strategy. Saves: a small window's MERGEs are short Spark jobs whose
-    planning and commits leave the cores idle; three tables committed side by side instead
-    of one after the other took the commits of a window of 918 changes from 2.8 s to
-    <MEASURED> in a warm driver (bench/window.py). The tables are independent. A table
-    whose target MERGE turns the runtime file search off (``targets.file_search``, a session
-    setting) commits alone, after the others. All tables are attempted; the first failure,
-    in the order of ``works``, is then raised.
-    """
-    alone = [work for work in works if file_search_off(work)]
-    together = [work for work in works if work not in alone]
-    failures: list[BaseException] = []
-    try:
-        side_by_side([partial(commit_table, spark, config, work) for work in together],
-                     name="cdc-apply-table")
-    except Exception as error:  # noqa: BLE001 - the others are attempted; raised below
-        failures.append(error)
-    for work in alone:
-        try:
-            commit_table(spark, config, work)
-        except Exception as error:  # noqa: BLE001
-            failures.append(error)
-    if failures:
-        raise failures[0]
-
-
-def file_search_off(work: TableWork) -> bool:
-    """Whether the table's commits run with the session's runtime file search off."""
-    if work.plan.reason is not None or work.result.already_applied:
-        return False
-    keys = _target_merge_keys(work)
-    return keys is not None and rewrites_nearly_every_file(work.target_summary, keys)
 
 
 def _due(work: TableWork) -> tuple[bool, bool, bool]:
