@@ -127,7 +127,11 @@ class _Connection:
         if not line:
             self.gone.set()
             return None
-        return json.loads(line)
+        try:
+            message = json.loads(line)
+        except ValueError:
+            message = None
+        return message if isinstance(message, dict) else {"invalid": line[:200]}
 
     def close(self) -> None:
         try:
@@ -254,7 +258,12 @@ class WarmDriver:
             if request.get("stop"):
                 connection.send({"exit": 0})
                 return False
-            code = self.run(connection, request["run"])
+            run = request.get("run")
+            if not isinstance(run, dict) or not str(run.get("module", "")).isidentifier():
+                connection.send({"line": f"warm driver: error: not a job request: {request!r:.200}"})
+                connection.send({"exit": 2})
+                return True
+            code = self.run(connection, run)
             connection.send({"exit": code})
             return True
         finally:

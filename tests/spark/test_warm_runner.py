@@ -35,12 +35,17 @@ from .support import TEST_SPARK_CONF, change_rows, window, write_change_rows
 TABLE = "cdc.orders_changelog"
 
 
-def write_window(runner, catalog, folder, hour: int, *, conf=TEST_SPARK_CONF) -> ChangelogWriteResult:
+def window_spec(catalog, folder, hour: int, conf=TEST_SPARK_CONF) -> SparkJobSpec:
+    """The changelog writer's spec for three changes in window ``hour``."""
     w = window(hour)
     rows = write_change_rows(folder / f"{hour}.jsonl", change_rows(w, 3, first_key=100 * hour))
-    result = folder / f"{hour}.result.json"
-    runner.run(changelog_writer_spec(catalog, TABLE, w.window_id, rows, result, conf=conf))
-    return ChangelogWriteResult.read(result)
+    return changelog_writer_spec(catalog, TABLE, w.window_id, rows, folder / f"{hour}.result.json",
+                                 conf=conf)
+
+
+def write_window(runner, catalog, folder, hour: int, *, conf=TEST_SPARK_CONF) -> ChangelogWriteResult:
+    runner.run(window_spec(catalog, folder, hour, conf))
+    return ChangelogWriteResult.read(folder / f"{hour}.result.json")
 
 
 @pytest.fixture(scope="module")
@@ -97,6 +102,25 @@ def test_emptied_table_cache_shows_a_commit_made_by_another_catalog_instance(spa
     assert stale == 1  # the cache served the table as it was
     assert "warmcached" in emptied
     assert spark.table("warmcached.ns.t").count() == 2
+
+
+def test_request_that_is_not_a_job_is_refused_and_the_driver_serves_the_next(warm):
+    import json
+    import socket
+
+    runner, catalog, folder = warm
+    write_window(runner, catalog, folder, 12)
+    serving = runner.last_driver
+    sock_path = runner.paths(driver_key(window_spec(catalog, folder, 12), runner.master))["sock"]
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.connect(str(sock_path))
+        sock.sendall(b'{"run": {"module": "os; rm -rf /"}}\n')
+        replies = [json.loads(line) for line in sock.makefile().read().splitlines()]
+
+    assert replies[-1] == {"exit": 2}
+    assert any("not a job request" in r.get("line", "") for r in replies)
+    assert write_window(runner, catalog, folder, 13).rows_written == 3
+    assert runner.last_driver["application_id"] == serving["application_id"]
 
 
 def test_driver_killed_between_jobs_is_replaced_by_a_new_one(warm):
