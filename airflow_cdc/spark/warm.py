@@ -196,7 +196,12 @@ class WarmSparkRunner:
                 except WarmDriverGone as gone:
                     self.log.info("The warm Spark driver went away before the job started (%s): "
                                   "starting another", gone)
+                try:
                     return self._run_warm(spec, module, paths, job_conf)
+                except WarmDriverGone as again:
+                    raise SparkJobError(spec.name, None, _last_lines(paths["log"], 80), detail=(
+                        f"two warm Spark drivers in a row went away before the job started "
+                        f"({again}); their log is {paths['log']}")) from again
 
     def _run_warm(self, spec: SparkJobSpec, module: str, paths: dict[str, Path],
                   job_conf: dict[str, str]) -> SparkJobResult:
