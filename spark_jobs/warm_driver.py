@@ -259,7 +259,8 @@ class WarmDriver:
                 connection.send({"exit": 0})
                 return False
             run = request.get("run")
-            if not isinstance(run, dict) or not str(run.get("module", "")).isidentifier():
+            if (not isinstance(run, dict) or not str(run.get("module", "")).isidentifier()
+                    or run["module"] == "warm_driver"):
                 connection.send({"line": f"warm driver: error: not a job request: {request!r:.200}"})
                 connection.send({"exit": 2})
                 return True
@@ -285,12 +286,12 @@ class WarmDriver:
         print(f"warm driver: job {number} {run.get('name', '')}: "
               f"spark_jobs.{run['module']} {' '.join(run.get('args', []))}", flush=True)
         job_conf = dict(run.get("conf") or {})
-        for key, value in job_conf.items():
-            self.spark.conf.set(key, value)
-        context.setJobGroup(group, run.get("name", group), interruptOnCancel=True)
         code = 1
         profiler = _profiler()
         try:
+            for key, value in job_conf.items():
+                self.spark.conf.set(key, value)
+            context.setJobGroup(group, run.get("name", group), interruptOnCancel=True)
             module = importlib.import_module(f"spark_jobs.{run['module']}")
             code = module.main(list(run.get("args", [])))
             code = 0 if code is None else int(code)
@@ -306,23 +307,27 @@ class WarmDriver:
                 profiler.disable()
                 profiler.dump_stats(os.path.join(os.environ[PROFILE_ENV], f"job-{number}.prof"))
             done.set()
-            for key in job_conf:
-                self.spark.conf.unset(key)
-            self._forget_job_state()
+            self._forget_job_state(job_conf)
             print(f"warm driver: job {number} ended with exit code {code} "
                   f"in {time.monotonic() - started:.1f} s", flush=True)
             self.output.detach()
         return code
 
-    def _forget_job_state(self) -> None:
-        """What one job leaves in the session and could mislead the next: cached frames, and
-        the tables Iceberg's catalogs cached (another application may commit to them before
-        the next job). A driver that cannot empty those caches serves no further job."""
+    def _forget_job_state(self, job_conf: dict) -> None:
+        """What one job leaves in the session and could mislead the next: its own conf, cached
+        frames, and the tables Iceberg's catalogs cached (another application may commit to
+        them before the next job). A driver that cannot clean them serves no further job."""
+        if self.spark.sparkContext._jsc is None:  # the job stopped the session itself
+            print("warm driver: the job stopped the Spark session; stopping", flush=True)
+            self.stopping = True
+            return
         try:
+            for key in job_conf:
+                self.spark.conf.unset(key)
             self.spark.catalog.clearCache()
             emptied = empty_table_caches(self.spark)
         except Exception as error:  # noqa: BLE001 - refuse to serve stale metadata
-            print(f"warm driver: cannot empty the catalogs' table caches ({error}); stopping "
+            print(f"warm driver: cannot clean the session after a job ({error}); stopping "
                   f"after this job so that the next one starts a new driver", flush=True)
             self.stopping = True
             return
