@@ -207,9 +207,7 @@ def check_transactions_on_executors(sc, reads, window, outcomes) -> int:
     transaction over the executors, each group checked there; the driver gets one line per
     group. Returns the number of transactions; raises IncompleteTransactionError naming the
     first incomplete one."""
-    # The one fact about the whole window the rule needs: the earliest evidence that stopped
-    # short of the window end (the outcomes that may set it, usually none).
-    short = [o for o in outcomes if not o.finished and o.watermark < window.end]
+    short = _stopped_short(window, outcomes)
     # A round's reads are a Spark partition per source partition: coalesced, the grouping
     # costs a task per core instead of one per source partition.
     tallies = sc.union([r.flatMap(lambda r: r[1]) for r in reads])
@@ -236,7 +234,7 @@ def check_transactions_on_driver(sc, reads, window, outcomes) -> int:
     driver, cProfile of the driver in bench/window.py). The bound keeps the driver's memory
     independent of the window.
     """
-    short = [o for o in outcomes if not o.finished and o.watermark < window.end]
+    short = _stopped_short(window, outcomes)
     tallies = sc.union([r.flatMap(lambda r: r[1]) for r in reads]).collect()
     tallies.sort(key=lambda tally: tally.transaction_id)
     groups = itertools.groupby(tallies, key=lambda tally: tally.transaction_id)
@@ -245,6 +243,12 @@ def check_transactions_on_driver(sc, reads, window, outcomes) -> int:
     if transaction_id is not None:
         raise IncompleteTransactionError(message)
     return count
+
+
+def _stopped_short(window, outcomes) -> list:
+    """The one fact about the whole window the transaction rule needs: the outcomes whose
+    evidence stopped short of the window end (usually none)."""
+    return [o for o in outcomes if not o.finished and o.watermark < window.end]
 
 
 def _check_transaction_group(groups, window, short) -> tuple[int, str | None, str | None]:

@@ -52,7 +52,9 @@ def commit_table(spark: SparkSession, config: ApplyConfig, work: TableWork) -> N
     if plan.reason is not None or result.already_applied:
         return
     prepare_target(spark, plan, config.stream)
-    target_due, tombstones_due, history_due = _due(work)
+    tombstones_due = bool(result.deletes or work.revives) or work.purge_due
+    history_due = plan.history and bool(result.upserts + result.patches + result.deletes)
+    target_due = bool(result.upserts + result.patches + work.deletes_in_target)
     window_id = config.window_id
 
     def commit_target() -> None:
@@ -98,23 +100,10 @@ def commit_table(spark: SparkSession, config: ApplyConfig, work: TableWork) -> N
         if role == "target":
             crash_point("apply.after_target_commit")
 
+    merging_target = target_due and work.commits["target"] is None and work.target_before is not None
+    target_merge_keys = work.updates_in_target + work.deletes_in_target if merging_target else None
     try:
-        with file_search(spark, work.target_summary, _target_merge_keys(work)):
+        with file_search(spark, work.target_summary, target_merge_keys):
             side_by_side([lambda m=m: commit(*m) for m in missing])
     finally:
         record_snapshots(work)
-
-
-def _due(work: TableWork) -> tuple[bool, bool, bool]:
-    """Whether the table's target, tombstone and history commits are due in this window."""
-    result = work.result
-    tombstones_due = bool(result.deletes or work.revives) or work.purge_due
-    history_due = work.plan.history and bool(result.upserts + result.patches + result.deletes)
-    target_due = bool(result.upserts + result.patches + work.deletes_in_target)
-    return target_due, tombstones_due, history_due
-
-
-def _target_merge_keys(work: TableWork) -> int | None:
-    """The existing keys a target MERGE of this window changes; None when it makes none."""
-    merging = _due(work)[0] and work.commits["target"] is None and work.target_before is not None
-    return work.updates_in_target + work.deletes_in_target if merging else None
