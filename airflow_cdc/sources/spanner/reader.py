@@ -39,7 +39,7 @@ from airflow_cdc.sources.spanner.records import (
     DataChangeRecord,
     HeartbeatRecord,
     MalformedRecord,
-    parse_result_row,
+    parse_protobuf_row,
 )
 
 log = logging.getLogger(__name__)
@@ -266,11 +266,11 @@ class SpannerChangeStreamSource(ChangeSource):
         last_log = time.monotonic()
         with self._database.snapshot() as snapshot:
             results = snapshot.execute_sql(
-                query.sql, params=query.params, param_types=query.param_types
+                query.sql, params=query.params, param_types=query.param_types, lazy_decode=True
             )
             for result_row in results:
                 try:
-                    parsed = parse_result_row(result_row, results.fields, self.dialect)
+                    parsed = parse_protobuf_row(result_row, results, self.dialect)
                 except ChangeRecordParseError as error:
                     raise ChangeRecordParseError(
                         f"partition {position.partition_id} of change stream "

@@ -111,6 +111,33 @@ def parse_result_row(row: list, fields: list | None, dialect: str) -> list[Recor
         change_records = _named(row[0], fields[0].type_)
     else:
         change_records = [_plain_json(row[0])]
+    return _records_of(change_records)
+
+
+def parse_protobuf_row(row: list, results, dialect: str) -> list[Record]:
+    """:func:`parse_result_row` for a row of a query run with ``lazy_decode=True``: the
+    row's protobuf values, ``results`` the client's ``StreamedResultSet``.
+
+    A performance strategy. GoogleSQL's ChangeRecord column goes from protobuf values
+    straight to the dicts :func:`_named` makes of the client's values (:func:`_protobuf_decoder`:
+    one walk instead of the client's decode and then ours; JSON text parsed once, not into a
+    JsonObject first). Saves: four partitions, 25,056 changes of ``bench/extract.py``'s stream,
+    read, mapped and pickled in 4.0 s instead of 5.3 s (one process, the emulator's server in
+    it; the raw client's read alone 2.8 s). Any other row
+    (PostgreSQL's JSONB, a ChangeRecord type holding a type the walk does not know) is decoded
+    by the client (``decode_row``) and parsed as before, with the same result.
+    """
+    from airflow_cdc.sources.spanner.query import GOOGLE_SQL
+
+    fields = results.fields
+    if dialect == GOOGLE_SQL and fields:
+        decode = _protobuf_decoder(fields[0].type_)
+        if decode is not None:
+            return _records_of(decode(row[0]))
+    return parse_result_row(results.decode_row(row), fields, dialect)
+
+
+def _records_of(change_records) -> list[Record]:
     records: list[Record] = []
     for change_record in change_records or []:
         records.extend(parse_change_record(change_record))
@@ -327,11 +354,15 @@ def _nanos_to_micros(text: str) -> str:
 
 
 def _json_value(value):
-    """JSON columns arrive as JsonObject (GoogleSQL) or already parsed (PostgreSQL)."""
+    """JSON columns arrive as JsonObject (GoogleSQL, the client's values), as text, or already
+    plain (what :func:`_named`, the protobuf decoder and the PostgreSQL path make of them: a
+    plain dict or list is not walked again)."""
     if value is None:
         return None
     if isinstance(value, str):
         return json.loads(value)
+    if type(value) is dict or type(value) is list:
+        return value
     return _plain_json(value)
 
 
@@ -422,3 +453,70 @@ def _by_shape(value, shape: tuple):
     if isinstance(value, dict):
         return {name: _by_shape(value.get(name), field) for name, field in fields}
     return {name: _by_shape(v, field) for (name, field), v in zip(fields, value)}
+
+
+# Compiled protobuf decoders by serialized ChangeRecord type (None: the type holds one the walk
+# does not know, so the client decodes).
+_DECODERS: dict[bytes, object] = {}
+
+
+def _protobuf_decoder(spanner_type):
+    """A function: protobuf ``Value`` of ``spanner_type`` -> what :func:`_named` makes of the
+    client's decoded value (STRUCTs as dicts by field name, JSON as plain values, scalars as
+    the client decodes them); None when ``spanner_type`` holds a type it does not know."""
+    try:
+        message = spanner_type if hasattr(spanner_type, "SerializeToString") else type(spanner_type).pb(spanner_type)
+        key = message.SerializeToString(deterministic=True)
+    except Exception:  # noqa: BLE001 - no protobuf message: the client decodes
+        return None
+    if key not in _DECODERS:
+        if len(_DECODERS) >= 64:
+            _DECODERS.clear()
+        _DECODERS[key] = _compile_decoder(spanner_type)
+    return _DECODERS[key]
+
+
+def _compile_decoder(spanner_type):
+    from google.cloud.spanner_v1 import TypeCode
+
+    code = spanner_type.code
+    if code == TypeCode.ARRAY:
+        element = _compile_decoder(spanner_type.array_element_type)
+        if element is None:
+            return None
+
+        def array(value):
+            if value.HasField("null_value"):
+                return None
+            return [element(v) for v in value.list_value.values]
+        return array
+    if code == TypeCode.STRUCT:
+        fields = tuple((f.name, _compile_decoder(f.type_)) for f in spanner_type.struct_type.fields)
+        if any(decode is None for _, decode in fields):
+            return None
+
+        def struct(value):
+            if value.HasField("null_value"):
+                return None
+            return {name: decode(v) for (name, decode), v in zip(fields, value.list_value.values)}
+        return struct
+    if code == TypeCode.JSON:
+        def json_value(value):
+            if value.HasField("null_value"):
+                return None
+            return json.loads(value.string_value)
+        return json_value
+    if code not in (TypeCode.STRING, TypeCode.BOOL, TypeCode.INT64, TypeCode.TIMESTAMP):
+        return None
+    try:  # the client's own decoder of the scalar: the same values as a decoded row holds
+        from google.cloud.spanner_v1._helpers import _get_type_decoder
+
+        scalar = _get_type_decoder(spanner_type, "")
+    except Exception:  # noqa: BLE001 - a client without it: it decodes whole rows
+        return None
+
+    def nullable(value):
+        if value.HasField("null_value"):
+            return None
+        return scalar(value)
+    return nullable
