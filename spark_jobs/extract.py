@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import itertools
 import json
 import sys
 from collections.abc import Sequence
@@ -97,6 +96,39 @@ def read_partition_task(plan_json: str, position_json: dict):
     return read.outcome, read.transactions, rows, dead, dict(read.counts)
 
 
+def read_positions(plan_json: str, batches):
+    """Runs on an executor (``mapInArrow``): read the partitions of the positions in ``batches``
+    (JSON texts), one after the other; each read leaves as Arrow batches of the read frame
+    (:mod:`spark_jobs.read_frame`)."""
+    from spark_jobs.read_frame import partition_batches
+
+    plan = _parsed_plan(plan_json)
+    window = plan.window
+
+    def bad_row(row, error):
+        return bad_row_dead_letter(window.stream_id, window.window_id, row, error)
+
+    for batch in batches:
+        for position in batch.column(0).to_pylist():
+            outcome, tallies, rows, dead, counts = read_partition_task(plan_json, json.loads(position))
+            yield from partition_batches(outcome, tallies, rows, dead, counts, bad_row)
+
+
+def bad_row_dead_letter(stream: str, window_id: str, row: tuple, error: Exception) -> tuple:
+    """The dead-letter tuple of a changelog tuple Spark cannot take, naming its event and why."""
+    from airflow_cdc.sources.base import DeadLetter, dead_letter_tuple
+    from spark_jobs.read_frame import CHANGELOG_NAMES
+
+    record = dict(zip(CHANGELOG_NAMES, row))
+    event, table = record.get("event_id"), record.get("source_table")
+    return dead_letter_tuple(stream, window_id, DeadLetter(
+        record.get("partition_id") or "", repr(row)[:100_000],
+        f"change row of event {event!r} (table {table!r}) cannot be handed to Spark "
+        f"({type(error).__name__}: {error})",
+        source_table=table if isinstance(table, str) else None,
+        event_id=event if isinstance(event, str) else None))
+
+
 def _log_progress_to_stderr() -> None:
     """Executors' progress lines (records, watermark, lag per partition, at the reader's
     steady rhythm) go to stderr, which spark-submit hands to the Airflow task log."""
@@ -124,42 +156,45 @@ def report_round(window, round_number: int, results) -> None:
 
 def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
     """Step 2-3 for a source that reads partitions: rounds of Spark tasks, each reading its
-    share of the round's partitions (one result per partition)."""
+    share of the round's partitions into the round's read frame (:mod:`spark_jobs.read_frame`)."""
     from pyspark import StorageLevel
 
     from airflow_cdc.pipeline.files import position_to_json
+    from spark_jobs import read_frame
 
     sc = spark.sparkContext
     plan_json = plan.to_json()
     source = window_source(plan)
     lineage = WindowLineage(plan.positions, plan.pending_children, source.resolve_child)
-    reads_done = []
-    dead_letters = []
+    frames = []
+    totals = {"rows": 0, "tallies": 0, "dead": 0}
     source_counts: dict[str, int] = {}
 
     def read_round(batch):
-        reads = sc.parallelize(
-            [position_to_json(p) for p in batch],
-            numSlices=max(1, min(len(batch), READ_TASKS_PER_CORE * sc.defaultParallelism)),
-        ).map(lambda position: read_partition_task(plan_json, position))
-        reads.persist(StorageLevel.MEMORY_AND_DISK)
-        # Only what the lineage needs comes to the driver: outcomes and counts. Rows, dead
-        # letters and transaction tallies stay on the executors (the driver's memory must
-        # not grow with the window: tallies alone are one per record).
-        results = reads.map(lambda r: (r[0], (len(r[2]), len(r[1])), len(r[3]), r[4])).collect()
-        reads_done.append(reads)
-        row_counts.extend(rows for _, (rows, _), _, _ in results)
-        tally_counts.extend(tallies for _, (_, tallies), _, _ in results)
-        dead_letters.extend(dead for _, _, dead, _ in results)
-        for *_, counts in results:
+        positions = spark.createDataFrame(
+            sc.parallelize(
+                [(json.dumps(position_to_json(p)),) for p in batch],
+                numSlices=max(1, min(len(batch), READ_TASKS_PER_CORE * sc.defaultParallelism)),
+            ),
+            "position string",
+        )
+        frame = positions.mapInArrow(functools.partial(read_positions, plan_json),
+                                     read_frame.read_schema())
+        frame.persist(StorageLevel.MEMORY_AND_DISK)
+        frames.append(frame)
+        # Only the outcomes and counts come to the driver: rows, dead letters and transaction
+        # tallies stay in the cached frame (the driver's memory must not grow with the window).
+        results = []
+        for outcome, counts, rows, tallies, dead in read_frame.summaries(frame):
+            totals["rows"] += rows
+            totals["tallies"] += tallies
+            totals["dead"] += dead
             for name, value in counts.items():
                 source_counts[name] = source_counts.get(name, 0) + value
-        results = [(outcome, ()) for outcome, _, _, _ in results]
+            results.append((outcome, ()))
         report_round(plan.window, lineage.rounds, results)
         return results
 
-    row_counts: list[int] = []
-    tally_counts: list[int] = []
     outcomes, _ = run_rounds(lineage, read_round)
     if not source.partitions_split and any(o.children for o in outcomes):
         split = sorted(o.partition_id for o in outcomes if o.children)
@@ -167,20 +202,20 @@ def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
             f"source {source.kind!r} reported children of partitions {split[:5]} but declares "
             f"partitions_split = False: set it on the source class if its partitions split"
         )
-    check = (check_transactions_on_driver if sum(tally_counts) <= DRIVER_CHECK_TALLIES
+    tallies = _union([read_frame.tallies_of(f) for f in frames])
+    check = (check_transactions_on_driver if totals["tallies"] <= DRIVER_CHECK_TALLIES
              else check_transactions_on_executors)
-    transactions = check(sc, reads_done, plan.window, outcomes) if sum(tally_counts) else 0
+    transactions = check(tallies, plan.window, outcomes) if totals["tallies"] else 0
     source.check_partitions(outcomes, lineage.still_pending)
-    # One Spark partition per source partition read is right for reading, not for what
-    # follows (a task per partition in every later stage, a changelog file per partition):
-    # the rows continue in about ROWS_PER_TASK-row partitions, at least one per core.
-    tasks = max(sc.defaultParallelism, -(-sum(row_counts) // ROWS_PER_TASK))
-    rows = sc.union([r.flatMap(lambda r: r[2]) for r in reads_done]) if reads_done else sc.emptyRDD()
-    if rows.getNumPartitions() > tasks:
+    # One Spark partition per read task is right for reading, not for what follows (a task
+    # per partition in every later stage, a changelog file per partition): the rows continue
+    # in about ROWS_PER_TASK-row partitions, at least one per core.
+    tasks = max(sc.defaultParallelism, -(-totals["rows"] // ROWS_PER_TASK))
+    rows = _union([read_frame.rows_of(f) for f in frames])
+    if rows.rdd.getNumPartitions() > tasks:
         rows = rows.coalesce(tasks)
-    dead_count = sum(dead_letters)
-    dead = sc.union([r.flatMap(lambda r: r[3]) for r in reads_done]) if dead_count else None
-    if dead is not None and dead.getNumPartitions() > sc.defaultParallelism:
+    dead = _union([read_frame.dead_letters_of(f) for f in frames]) if totals["dead"] else None
+    if dead is not None and dead.rdd.getNumPartitions() > sc.defaultParallelism:
         dead = dead.coalesce(sc.defaultParallelism)
     return WindowRead(
         rows=rows,
@@ -192,41 +227,49 @@ def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
             "finished": sum(1 for o in outcomes if o.finished),
             "transactions": transactions,
             "rounds": lineage.rounds,
-            **({"dead_letters": dead_count} if dead_count else {}),
+            **({"dead_letters": totals["dead"]} if totals["dead"] else {}),
             **source_counts,
         },
         dead_letters=dead,
         pending_children=tuple(lineage.still_pending),
-        release=lambda: [r.unpersist() for r in reads_done],
+        release=lambda: [f.unpersist() for f in frames],
     )
 
 
-def check_transactions_on_executors(sc, reads, window, outcomes) -> int:
+def _union(frames: list):
+    return functools.reduce(lambda a, b: a.union(b), frames)
+
+
+def check_transactions_on_executors(tallies, window, outcomes) -> int:
     """Step 3's transaction check (:func:`~airflow_cdc.pipeline.partition_lineage.
-    check_transactions`, the same rule and messages) run where the tallies are: grouped by
-    transaction over the executors, each group checked there; the driver gets one line per
-    group. Returns the number of transactions; raises IncompleteTransactionError naming the
-    first incomplete one."""
-    short = _stopped_short(window, outcomes)
-    # A round's reads are a Spark partition per source partition: coalesced, the grouping
-    # costs a task per core instead of one per source partition.
-    tallies = sc.union([r.flatMap(lambda r: r[1]) for r in reads])
-    tallies = tallies.coalesce(max(1, sc.defaultParallelism))
-    found = (
-        tallies.map(lambda tally: (tally.transaction_id, tally))
-        .groupByKey(numPartitions=max(1, sc.defaultParallelism))
-        .mapPartitions(lambda groups: [_check_transaction_group(groups, window, short)])
-        .collect()
-    )
-    problems = sorted((txn, message) for _, txn, message in found if txn is not None)
-    if problems:
-        raise IncompleteTransactionError(problems[0][1])
-    return sum(count for count, _, _ in found)
+    check_transactions`, the same rule and messages) where the tallies are: one aggregate per
+    transaction and one over them, in Spark SQL; the driver gets one row. Returns the number
+    of transactions; raises IncompleteTransactionError naming the first incomplete one (its
+    tallies, and only its, are checked again on the driver for the message)."""
+    from pyspark.sql import functions as F
+
+    short = min((o.watermark for o in _stopped_short(window, outcomes)), default=None)
+    per_transaction = tallies.groupBy("transaction_id").agg(
+        F.countDistinct("record").alias("seen"), F.min("expected").alias("low"),
+        F.max("expected").alias("high"), F.max("commit_ts").alias("commit_ts"))
+    split = F.col("commit_ts").isNotNull() & (F.col("commit_ts") < F.lit(window.start))
+    if short is not None:
+        split = split | (F.col("commit_ts").isNotNull() & (F.col("commit_ts") >= F.lit(short)))
+    problem = (F.col("low") != F.col("high")) | ((F.col("seen") != F.col("low")) & ~split)
+    [found] = per_transaction.agg(
+        F.count(F.lit(1)).alias("transactions"),
+        F.min(F.when(problem, F.col("transaction_id"))).alias("first"),
+    ).collect()
+    if found["first"] is not None:
+        first = tallies.where(F.col("transaction_id") == found["first"])
+        check_transactions(_as_tallies(first), window, outcomes)  # raises, naming it
+        raise IncompleteTransactionError(f"transaction {found['first']} is incomplete in this window")
+    return found["transactions"]
 
 
-def check_transactions_on_driver(sc, reads, window, outcomes) -> int:
+def check_transactions_on_driver(tallies, window, outcomes) -> int:
     """Step 3's transaction check for a window of at most :data:`DRIVER_CHECK_TALLIES` tallies:
-    the same groups and rule as :func:`check_transactions_on_executors`, checked on the driver.
+    the same rule as :func:`check_transactions_on_executors`, checked on the driver.
 
     A performance strategy. Saves: the executors' check is a shuffle (a job of two stages)
     whose fixed cost a small window pays in full; collecting a few thousand tallies costs one
@@ -234,15 +277,25 @@ def check_transactions_on_driver(sc, reads, window, outcomes) -> int:
     driver, cProfile of the driver in bench/window.py). The bound keeps the driver's memory
     independent of the window.
     """
-    short = _stopped_short(window, outcomes)
-    tallies = sc.union([r.flatMap(lambda r: r[1]) for r in reads]).collect()
-    tallies.sort(key=lambda tally: tally.transaction_id)
-    groups = itertools.groupby(tallies, key=lambda tally: tally.transaction_id)
-    count, transaction_id, message = _check_transaction_group(
-        ((txn, list(group)) for txn, group in groups), window, short)
-    if transaction_id is not None:
-        raise IncompleteTransactionError(message)
-    return count
+    return len(check_transactions(_as_tallies(tallies), window, outcomes))
+
+
+def _as_tallies(tallies) -> list:
+    """The rows of a tally frame (transaction_id, expected, record, commit_ts), collected, as
+    TransactionTally values (commit times as UTC microseconds: no local time zone between)."""
+    from datetime import datetime
+
+    from pyspark.sql import functions as F
+
+    from airflow_cdc.model import UTC
+    from airflow_cdc.sources.base import TransactionTally
+
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    rows = tallies.select("transaction_id", "expected", "record",
+                          F.unix_micros("commit_ts").alias("micros")).collect()
+    return [TransactionTally(r["transaction_id"], r["expected"], frozenset({r["record"]}),
+                             None if r["micros"] is None else epoch + timedelta(microseconds=r["micros"]))
+            for r in rows]
 
 
 def _stopped_short(window, outcomes) -> list:
@@ -251,23 +304,10 @@ def _stopped_short(window, outcomes) -> list:
     return [o for o in outcomes if not o.finished and o.watermark < window.end]
 
 
-def _check_transaction_group(groups, window, short) -> tuple[int, str | None, str | None]:
-    """On an executor: (transactions, the first incomplete one by id or None, its message)."""
-    count, first = 0, None
-    for transaction_id, tallies in groups:
-        count += 1
-        if first is not None and transaction_id > first[0]:
-            continue  # only the first is reported
-        try:
-            check_transactions(tallies, window, short)
-        except IncompleteTransactionError as error:
-            first = (transaction_id, str(error))
-    return (count, *first) if first is not None else (count, None, None)
-
-
 def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
     """Steps 1-5 above; returns the result summary."""
     from pyspark import StorageLevel
+    from pyspark.sql import DataFrame
 
     from spark_jobs.changelog import (
         changelog_schema,
@@ -286,12 +326,15 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
 
     source = window_source(plan)
     read = source.read_window(spark, plan) if source.read_window is not None else read_partitions(spark, plan)
-    frame = spark.createDataFrame(read.rows, changelog_schema())
+    read_frame = isinstance(read.rows, DataFrame)  # rows of the cached read frame
+    frame = read.rows if read_frame else spark.createDataFrame(read.rows, changelog_schema())
     native = source.native_rows(spark, plan)
     if native is not None:
         frame = frame.unionByName(native)
     frame = source.drop_repeats(spark, plan, frame)
-    frame.persist(StorageLevel.MEMORY_AND_DISK)
+    cached = read_frame and frame is read.rows  # a second cache of the same rows costs, saves nothing
+    if not cached:
+        frame.persist(StorageLevel.MEMORY_AND_DISK)
     checked = source.check_window(spark, plan, frame)  # raises: the window stays uncommitted
     declarations = window_declarations(frame)  # one pass that counts the rows too
     if read.dead_letters is not None:
@@ -303,7 +346,8 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
         counts=source.window_counts({**read.counts, **checked}, sum(d.rows for d in declarations)),
     )
     result = commit_window_with_outcome(spark, table, frame, outcome, outcome_path, declarations, read_at)
-    frame.unpersist()
+    if not cached:
+        frame.unpersist()
     if read.release is not None:
         read.release()
     return result
@@ -311,6 +355,8 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
 
 def append_dead_letters(spark, plan: WindowPlanFile, dead) -> None:
     """One commit of the window's extract dead letters, written once (marked in its summary)."""
+    from pyspark.sql import DataFrame
+    from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
     from spark_jobs.apply.dead_letters import DEAD_LETTER_COLUMNS
@@ -331,11 +377,14 @@ def append_dead_letters(spark, plan: WindowPlanFile, dead) -> None:
     ).collect()
     if done:
         return
-    schema = T.StructType(
-        list(changelog_schema().fields)
-        + [T.StructField("reason", T.StringType()), T.StructField("target_table", T.StringType())]
-    )
-    frame = spark.createDataFrame(dead.map(lambda r: r + (None,)), schema)
+    if isinstance(dead, DataFrame):  # the read frame's dead letters: changelog columns, reason
+        frame = dead.withColumn("target_table", F.lit(None).cast("string"))
+    else:  # an RDD of dead-letter tuples (read_window sources)
+        schema = T.StructType(
+            list(changelog_schema().fields)
+            + [T.StructField("reason", T.StringType()), T.StructField("target_table", T.StringType())]
+        )
+        frame = spark.createDataFrame(dead.map(lambda r: r + (None,)), schema)
     frame.writeTo(dead_table).option(f"snapshot-property.{DEAD_LETTER_PROPERTY}", window_id).append()
 
 

@@ -102,7 +102,8 @@ class WindowRead:
     """What a source that reads a whole window at once (:meth:`ChangeSource.read_window`) returns.
 
     ``rows`` and ``dead_letters`` are Spark RDDs of changelog tuples and dead-letter tuples
-    (:func:`changelog_tuple`, :func:`dead_letter_tuple`); ``counts`` are the source's own
+    (:func:`changelog_tuple`, :func:`dead_letter_tuple`), or DataFrames of the changelog's
+    columns (and ``reason``) as the extract job's partition reads give them; ``counts`` are the source's own
     counts of the window (they reach the state store and XCom as the job reports them).
     """
 
