@@ -202,16 +202,20 @@ def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
             f"source {source.kind!r} reported children of partitions {split[:5]} but declares "
             f"partitions_split = False: set it on the source class if its partitions split"
         )
-    tallies = _union([read_frame.tallies_of(f) for f in frames])
-    check = (check_transactions_on_driver if totals["tallies"] <= DRIVER_CHECK_TALLIES
-             else check_transactions_on_executors)
-    transactions = check(tallies, plan.window, outcomes) if totals["tallies"] else 0
+    transactions = 0
+    if totals["tallies"]:
+        check = (check_transactions_on_driver if totals["tallies"] <= DRIVER_CHECK_TALLIES
+                 else check_transactions_on_executors)
+        transactions = check(_union([read_frame.tallies_of(f) for f in frames]), plan.window, outcomes)
     source.check_partitions(outcomes, lineage.still_pending)
     # One Spark partition per read task is right for reading, not for what follows (a task
     # per partition in every later stage, a changelog file per partition): the rows continue
     # in about ROWS_PER_TASK-row partitions, at least one per core.
     tasks = max(sc.defaultParallelism, -(-totals["rows"] // ROWS_PER_TASK))
-    rows = _union([read_frame.rows_of(f) for f in frames])
+    if frames:
+        rows = _union([read_frame.rows_of(f) for f in frames])
+    else:  # a plan without partitions to read (none in the window): no rows
+        rows = spark.createDataFrame([], read_frame.read_schema()).select(*read_frame.CHANGELOG_NAMES)
     if rows.rdd.getNumPartitions() > tasks:
         rows = rows.coalesce(tasks)
     dead = _union([read_frame.dead_letters_of(f) for f in frames]) if totals["dead"] else None
@@ -326,13 +330,13 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
 
     source = window_source(plan)
     read = source.read_window(spark, plan) if source.read_window is not None else read_partitions(spark, plan)
-    read_frame = isinstance(read.rows, DataFrame)  # rows of the cached read frame
-    frame = read.rows if read_frame else spark.createDataFrame(read.rows, changelog_schema())
+    from_read_frame = isinstance(read.rows, DataFrame)  # rows of the cached read frames
+    frame = read.rows if from_read_frame else spark.createDataFrame(read.rows, changelog_schema())
     native = source.native_rows(spark, plan)
     if native is not None:
         frame = frame.unionByName(native)
     frame = source.drop_repeats(spark, plan, frame)
-    cached = read_frame and frame is read.rows  # a second cache of the same rows costs, saves nothing
+    cached = from_read_frame and frame is read.rows  # a second cache of the same rows costs, saves nothing
     if not cached:
         frame.persist(StorageLevel.MEMORY_AND_DISK)
     checked = source.check_window(spark, plan, frame)  # raises: the window stays uncommitted
