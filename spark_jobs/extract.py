@@ -116,17 +116,11 @@ def read_positions(plan_json: str, batches):
 
 def bad_row_dead_letter(stream: str, window_id: str, row: tuple, error: Exception) -> tuple:
     """The dead-letter tuple of a changelog tuple Spark cannot take, naming its event and why."""
-    from airflow_cdc.sources.base import DeadLetter, dead_letter_tuple
-    from spark_jobs.read_frame import CHANGELOG_NAMES
+    from airflow_cdc.sources.base import CHANGELOG_NAMES, unwritable_row
 
     record = dict(zip(CHANGELOG_NAMES, row))
-    event, table = record.get("event_id"), record.get("source_table")
-    return dead_letter_tuple(stream, window_id, DeadLetter(
-        record.get("partition_id") or "", repr(row)[:100_000],
-        f"change row of event {event!r} (table {table!r}) cannot be handed to Spark "
-        f"({type(error).__name__}: {error})",
-        source_table=table if isinstance(table, str) else None,
-        event_id=event if isinstance(event, str) else None))
+    return unwritable_row(stream, window_id, record.get("partition_id"), repr(row)[:100_000],
+                          record.get("event_id"), record.get("source_table"), "handed to Spark", error)
 
 
 def _log_progress_to_stderr() -> None:

@@ -29,6 +29,7 @@ import pickle
 from collections.abc import Iterator, Sequence
 
 from airflow_cdc.model import CHANGELOG_COLUMNS
+from airflow_cdc.sources.base import CHANGELOG_NAMES
 
 KIND = "_read_kind"
 REASON = "_reason"
@@ -37,7 +38,6 @@ RECORD = "_record"
 OUTCOME = "_outcome"
 ROW, DEAD, TALLY, SUMMARY = "row", "dead", "tally", "outcome"
 
-CHANGELOG_NAMES = tuple(name for name, _ in CHANGELOG_COLUMNS)
 _EXTRA_COLUMNS = ((KIND, "string"), (REASON, "string"), (EXPECTED, "long"), (RECORD, "string"),
                   (OUTCOME, "binary"))
 # Rows per Arrow batch a read task hands over (a partition's rows go in several).

@@ -123,7 +123,7 @@ class Discovery:
     seen: Mapping[str, Any] = field(default_factory=dict)
 
 
-_CHANGELOG_NAMES = tuple(name for name, _ in CHANGELOG_COLUMNS)
+CHANGELOG_NAMES = tuple(name for name, _ in CHANGELOG_COLUMNS)
 
 
 def changelog_tuple(row: ChangeRow) -> tuple:
@@ -131,12 +131,12 @@ def changelog_tuple(row: ChangeRow) -> tuple:
     from airflow_cdc.model import change_row_to_record
 
     record = change_row_to_record(row)
-    return tuple(record[name] for name in _CHANGELOG_NAMES)
+    return tuple(record[name] for name in CHANGELOG_NAMES)
 
 
 def dead_letter_tuple(stream: str, window_id: str, dead: DeadLetter) -> tuple:
     """``dead`` as one row of the stream's dead-letter table (changelog columns + reason)."""
-    record = dict.fromkeys(_CHANGELOG_NAMES)
+    record = dict.fromkeys(CHANGELOG_NAMES)
     record.update(
         stream=stream,
         window_id=window_id,
@@ -146,7 +146,7 @@ def dead_letter_tuple(stream: str, window_id: str, dead: DeadLetter) -> tuple:
         source_metadata_json=json.dumps(
             {"partition": _text(dead.partition_id), "raw": (_text(dead.raw) or "")[:100_000]}),
     )
-    return tuple(record[name] for name in _CHANGELOG_NAMES) + (f"extract: {dead.reason}",)
+    return tuple(record[name] for name in CHANGELOG_NAMES) + (f"extract: {dead.reason}",)
 
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
@@ -189,13 +189,21 @@ def read_tuples(stream: str, window_id: str, read: PartitionRead) -> tuple[list[
                 raw = repr(row)[:100_000]
             except Exception:  # noqa: BLE001
                 raw = f"<change row of event {row.event_id!r}>"
-            dead.append(dead_letter_tuple(stream, window_id, DeadLetter(
-                row.partition_id or "", raw,
-                f"change row of event {row.event_id!r} (table {row.source_table!r}) cannot be "
-                f"written to the changelog ({type(error).__name__}: {error})",
-                source_table=row.source_table if isinstance(row.source_table, str) else None,
-                event_id=row.event_id if isinstance(row.event_id, str) else None)))
+            dead.append(unwritable_row(stream, window_id, row.partition_id, raw, row.event_id,
+                                       row.source_table, "written to the changelog", error))
     return rows, dead
+
+
+def unwritable_row(stream: str, window_id: str, partition_id, raw: str, event_id, source_table,
+                   where: str, error: Exception) -> tuple:
+    """The dead-letter tuple of a change row that cannot be ``where`` (written to the
+    changelog, handed to Spark), naming its event, its table and the fault."""
+    return dead_letter_tuple(stream, window_id, DeadLetter(
+        partition_id or "", raw,
+        f"change row of event {event_id!r} (table {source_table!r}) cannot be {where} "
+        f"({type(error).__name__}: {error})",
+        source_table=source_table if isinstance(source_table, str) else None,
+        event_id=event_id if isinstance(event_id, str) else None))
 
 
 def drop_seen_event_ids(spark, table: str, stream: str, frame):
@@ -228,7 +236,7 @@ def drop_seen_event_ids(spark, table: str, stream: str, frame):
         .select("event_id")
         .distinct()
     )
-    return frame.join(seen, "event_id", "left_anti").select(*_CHANGELOG_NAMES)
+    return frame.join(seen, "event_id", "left_anti").select(*CHANGELOG_NAMES)
 
 
 class ChangeSource:
