@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from airflow_cdc.model import CdcError, UTC, parse_ts
+from airflow_cdc.model import CdcError, UTC, loads_json, parse_ts
 from airflow_cdc.sources.spanner.types import change_row_type
 
 
@@ -360,7 +360,7 @@ def _json_value(value):
     if value is None:
         return None
     if isinstance(value, str):
-        return json.loads(value)
+        return loads_json(value)
     if type(value) is dict or type(value) is list:
         return value
     return _plain_json(value)
@@ -504,7 +504,7 @@ def _compile_decoder(spanner_type):
         def json_value(value):
             if value.HasField("null_value"):
                 return None
-            return json.loads(value.string_value)
+            return loads_json(value.string_value)
         return json_value
     if code not in (TypeCode.STRING, TypeCode.BOOL, TypeCode.INT64, TypeCode.TIMESTAMP):
         return None
