@@ -12,7 +12,7 @@ import json
 
 from airflow_cdc.model import ChangeRow, Image, Op, encode_ordering_key
 from airflow_cdc.sources.base import DeadLetter
-from airflow_cdc.sources.spanner.records import DataChangeRecord, MalformedRecord
+from airflow_cdc.sources.spanner.records import ColumnTypes, DataChangeRecord, MalformedRecord
 from airflow_cdc.sources.spanner.types import change_row_type
 
 # Value capture types whose UPDATE images carry only the changed columns.
@@ -28,7 +28,9 @@ def change_rows(
     Their ``column_types`` are canonical names (:func:`.types.change_row_type`): Spanner's
     type objects, PostgreSQL annotations folded, as apply reads them.
     """
-    types = {column.name: change_row_type(column.type) for column in record.column_types}
+    columns = record.column_types
+    types = (columns.row_types if isinstance(columns, ColumnTypes)
+             else {column.name: change_row_type(column.type) for column in columns})
     op = Op(record.mod_type)
     image = (
         Image.PARTIAL

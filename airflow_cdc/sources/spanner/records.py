@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 
 from airflow_cdc.model import CdcError, UTC, loads_json, parse_ts
 from airflow_cdc.sources.spanner.types import change_row_type
@@ -32,6 +33,19 @@ class ColumnType:
         """The canonical type name change rows declare: INT64, ARRAY<STRING>, NUMERIC, JSON ...
         (PG annotations folded; see :func:`airflow_cdc.sources.spanner.types.change_row_type`)."""
         return change_row_type(self.type)
+
+
+class ColumnTypes(tuple):
+    """A data change record's column types (a tuple of :class:`ColumnType`).
+
+    Records with the same column types share one, decoded once (the section *Shared column
+    types* below), and so share its :attr:`row_types`.
+    """
+
+    @cached_property
+    def row_types(self) -> dict[str, str]:
+        """Column name -> the canonical type name change rows declare (never changed)."""
+        return {column.name: column.type_name for column in self}
 
 
 @dataclass(frozen=True)
@@ -269,15 +283,7 @@ def _data_change(raw) -> DataChangeRecord | MalformedRecord:
                 raw.get("is_last_record_in_transaction_in_partition")
             ),
             table_name=_text(_field(raw, "table_name"), "table_name"),
-            column_types=tuple(
-                ColumnType(
-                    name=_text(_field(c, "name"), "column name"),
-                    type=_object(_field(c, "type"), f"type of column {c.get('name')!r}"),
-                    is_primary_key=bool(_field(c, "is_primary_key")),
-                    ordinal_position=_count(_field(c, "ordinal_position"), "ordinal_position"),
-                )
-                for c in columns
-            ),
+            column_types=_column_types(columns),
             mods=tuple(
                 Mod(
                     keys=_object(_field(m, "keys", None), "keys"),
@@ -298,6 +304,25 @@ def _data_change(raw) -> DataChangeRecord | MalformedRecord:
         )
     except Exception as exc:  # noqa: BLE001 - whatever the record holds, it is kept and named
         return _malformed_data_change(raw, exc)
+
+
+def _column_types(columns: list) -> ColumnTypes:
+    """The record's :class:`ColumnTypes`, built once for columns the decoder shares."""
+    built = getattr(columns, "built", None)
+    if built is not None:
+        return built
+    built = ColumnTypes(
+        ColumnType(
+            name=_text(_field(c, "name"), "column name"),
+            type=_object(_field(c, "type"), f"type of column {c.get('name')!r}"),
+            is_primary_key=bool(_field(c, "is_primary_key")),
+            ordinal_position=_count(_field(c, "ordinal_position"), "ordinal_position"),
+        )
+        for c in columns
+    )
+    if isinstance(columns, _SharedColumns):
+        columns.built = built
+    return built
 
 
 def _malformed_data_change(raw, exc: BaseException) -> MalformedRecord:
@@ -491,7 +516,10 @@ def _compile_decoder(spanner_type):
             return [element(v) for v in value.list_value.values]
         return array
     if code == TypeCode.STRUCT:
-        fields = tuple((f.name, _compile_decoder(f.type_)) for f in spanner_type.struct_type.fields)
+        fields = tuple(
+            (f.name, _shared_columns(decode) if f.name == "column_types" and decode is not None else decode)
+            for f, decode in ((f, _compile_decoder(f.type_)) for f in spanner_type.struct_type.fields)
+        )
         if any(decode is None for _, decode in fields):
             return None
 
@@ -520,3 +548,38 @@ def _compile_decoder(spanner_type):
             return None
         return scalar(value)
     return nullable
+
+
+# --- Shared column types --------------------------------------------------------------------
+# A performance strategy: a data change record's ``column_types`` value is decoded once for
+# every record whose value has the same bytes (most records of a table, in a partition), and
+# the record parser builds its ColumnTypes once for it (:func:`_column_types`), and the change
+# rows their type names (``ColumnTypes.row_types``). Saves: four partitions of
+# ``bench/extract.py``'s stream (8,004 records, 25,056 changes) read, decoded and turned into
+# changelog tuples in 1.66 s of CPU instead of 2.0 s (the emulator's server in another process).
+
+_SHARED_COLUMNS_LIMIT = 256  # distinct column types values remembered per decoder
+
+
+class _SharedColumns(list):
+    """Decoded ``column_types`` shared by records (never changed); ``built``: their ColumnTypes."""
+
+    built: ColumnTypes | None = None
+
+
+def _shared_columns(decode):
+    """``decode`` of a ``column_types`` value, remembered by the value's bytes."""
+    memo: dict[bytes, _SharedColumns] = {}
+
+    def shared(value):
+        key = value.SerializeToString()
+        found = memo.get(key)
+        if found is None:
+            decoded = decode(value)
+            if not isinstance(decoded, list):
+                return decoded
+            if len(memo) >= _SHARED_COLUMNS_LIMIT:
+                memo.clear()
+            found = memo[key] = _SharedColumns(decoded)
+        return found
+    return shared
