@@ -128,10 +128,9 @@ CHANGELOG_NAMES = tuple(name for name, _ in CHANGELOG_COLUMNS)
 
 def changelog_tuple(row: ChangeRow) -> tuple:
     """``row`` as one changelog table row, in column order (what Spark tasks hand back)."""
-    from airflow_cdc.model import change_row_to_record
+    from airflow_cdc.model import change_row_values
 
-    record = change_row_to_record(row)
-    return tuple(record[name] for name in CHANGELOG_NAMES)
+    return change_row_values(row)
 
 
 def dead_letter_tuple(stream: str, window_id: str, dead: DeadLetter) -> tuple:

@@ -37,7 +37,11 @@ def change_rows(
         if op is Op.UPDATE and record.value_capture_type in PARTIAL_CAPTURE_TYPES
         else Image.FULL
     )
-    sequence = _sequence_part(record.record_sequence)
+    # The parts an ordering key encodes one by one (model.encode_ordering_key), so the
+    # record's part is encoded once and each mod appends its index.
+    record_order = encode_ordering_key(
+        record.commit_timestamp, record.server_transaction_id, _sequence_part(record.record_sequence)
+    )
     # One dict for the record's rows (never changed): the changelog writes its JSON once.
     metadata = {
         "record_sequence": record.record_sequence,
@@ -62,9 +66,7 @@ def change_rows(
                 old_values=normalize_values(mod.old_values, types) or None,
                 column_types=types,
                 commit_ts=record.commit_timestamp,
-                ordering_key=encode_ordering_key(
-                    record.commit_timestamp, record.server_transaction_id, sequence, index
-                ),
+                ordering_key=record_order + encode_ordering_key(index),
                 transaction_id=record.server_transaction_id,
                 event_id=f"{record.server_transaction_id}/{record.record_sequence}/{index}",
                 partition_id=partition_id,
