@@ -278,6 +278,15 @@ def recorded_declarations(summary: Mapping[str, str]) -> list[Declaration] | Non
     return declarations if sum(d.rows for d in declarations) == added else None
 
 
+# A performance strategy: a window's rows are written by the tasks that hold them, each
+# writing a file per day it holds (fanout: a window spans a day or two, so no sort by day
+# either), not shuffled to one task per day first, which is what the table's default
+# distribution (by its partitioning, days(commit_ts)) does: a window of one day was written
+# by one task, on one core. Saves: the changelog commit of 200,448 changes of
+# bench/extract.py took 4.9 s instead of 6.0 s (a 2.3 s shuffle, then one task of 3.7 s).
+WINDOW_WRITE_OPTIONS = {"distribution-mode": "none", "fanout-enabled": "true"}
+
+
 def append_window(
     spark: SparkSession,
     table: str,
@@ -299,7 +308,7 @@ def append_window(
     if declarations is not None:
         extra.update(declarations_properties(declarations))
     properties = {**extra, WINDOW_SNAPSHOT_PROPERTY: window_id}
-    append_tagged(frame, table, properties, read_at)
+    append_tagged(frame, table, properties, read_at, write_options=WINDOW_WRITE_OPTIONS)
     committed = own_window_commit(spark, table, window_id)
     if committed is None:  # the commit just made must carry the tag
         raise CdcError(f"append to {table} made no snapshot tagged {window_id!r}")

@@ -244,7 +244,11 @@ _CONFLICT_EXCEPTIONS = (
 
 
 def append_tagged(
-    frame: DataFrame, table: str, properties: Mapping[str, str], read_at: int | None | object = UNCHECKED
+    frame: DataFrame,
+    table: str,
+    properties: Mapping[str, str],
+    read_at: int | None | object = UNCHECKED,
+    write_options: Mapping[str, str] | None = None,
 ) -> None:
     """Append ``frame`` to ``table`` in one commit carrying ``properties``.
 
@@ -253,9 +257,12 @@ def append_tagged(
     it commits (an overwrite by the always-false filter, at serializable isolation: it deletes
     nothing and commits as an append). A plain append never conflicts, so two jobs that both
     found the window's commit missing would both append it; checked, the later one fails with
-    a commit conflict (:func:`is_commit_conflict`) and appends nothing.
+    a commit conflict (:func:`is_commit_conflict`) and appends nothing. ``write_options``
+    are Iceberg's Spark write options for this write.
     """
     writer = frame.writeTo(table)
+    for key, value in (write_options or {}).items():
+        writer = writer.option(key, value)
     for key, value in properties.items():
         writer = writer.option(f"snapshot-property.{key}", value)
     if read_at is UNCHECKED:

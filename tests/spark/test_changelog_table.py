@@ -88,3 +88,23 @@ def test_a_checked_append_after_another_commit_of_the_window_conflicts(tmp_path,
 
     assert is_commit_conflict(refused.value)
     assert spark.table(table).count() == 2
+
+
+def test_a_window_whose_rows_interleave_two_days_is_committed_whole(tmp_path, spark):
+    from airflow_cdc.model import change_row_to_json_line
+
+    tables = open_warehouse(spark, tmp_path / "warehouse")
+    table = f"{tables.catalog}.cdc.midnight_changelog"
+    create_changelog_table(spark, table)
+    midnight = window(23)  # 23:00-24:00; rows alternate between the two days' partitions
+    rows = [change_row_tuple(change_row_to_json_line(row)) for row in change_rows(midnight, 12)]
+    rows = [r for pair in zip(rows[:6], rows[6:]) for r in pair]
+    frame = spark.createDataFrame(rows, changelog_schema()).repartition(2)
+
+    snapshot_id = append_window(spark, table, midnight.window_id, frame)
+
+    summary = snapshot_summary(spark, table, snapshot_id)
+    assert summary["added-records"] == "12"
+    days = spark.sql(f"SELECT to_date(commit_ts) AS d, count(*) AS n FROM {table} GROUP BY 1").collect()
+    assert sorted(row.n for row in days) == [6, 6]
+    assert spark.table(table).select("event_id").distinct().count() == 12
