@@ -29,8 +29,10 @@ def change_rows(
     type objects, PostgreSQL annotations folded, as apply reads them.
     """
     columns = record.column_types
-    types = (columns.row_types if isinstance(columns, ColumnTypes)
-             else {column.name: change_row_type(column.type) for column in columns})
+    if isinstance(columns, ColumnTypes):
+        types, integers = columns.row_types, columns.integer_columns
+    else:
+        types, integers = {column.name: change_row_type(column.type) for column in columns}, None
     op = Op(record.mod_type)
     image = (
         Image.PARTIAL
@@ -61,9 +63,9 @@ def change_rows(
                 source_table=record.table_name,
                 op=op,
                 image=image,
-                keys=normalize_values(mod.keys, types),
-                new_values=None if op is Op.DELETE else normalize_values(mod.new_values, types),
-                old_values=normalize_values(mod.old_values, types) or None,
+                keys=normalize_values(mod.keys, types, integers),
+                new_values=None if op is Op.DELETE else normalize_values(mod.new_values, types, integers),
+                old_values=normalize_values(mod.old_values, types, integers) or None,
                 column_types=types,
                 commit_ts=record.commit_timestamp,
                 ordering_key=record_order + encode_ordering_key(index),
@@ -107,9 +109,16 @@ def _sequence_part(record_sequence: str) -> int | str:
     return int(record_sequence) if record_sequence.isdigit() else record_sequence
 
 
-def normalize_values(values: dict, types: dict[str, str]) -> dict:
+def normalize_values(values: dict, types: dict[str, str], integers: frozenset[str] | None = None) -> dict:
     """INT64 values arrive as JSON strings (to keep 64-bit precision): make them ints, so both
-    dialects, and every source, give the same change rows."""
+    dialects, and every source, give the same change rows.
+
+    ``integers``, when the caller knows them: the INT64 and ARRAY<INT64> columns of ``types``.
+    A map without any is then the answer itself, not walked and copied (a performance
+    strategy: most of a record's maps hold no integer, or only its keys do).
+    """
+    if integers is not None and values and integers.isdisjoint(values):
+        return values
     return {name: _normalize(value, types.get(name, "")) for name, value in (values or {}).items()}
 
 

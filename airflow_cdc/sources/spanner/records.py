@@ -47,6 +47,11 @@ class ColumnTypes(tuple):
         """Column name -> the canonical type name change rows declare (never changed)."""
         return {column.name: column.type_name for column in self}
 
+    @cached_property
+    def integer_columns(self) -> frozenset[str]:
+        """The INT64 and ARRAY<INT64> columns: their values arrive as JSON text (``mapping.py``)."""
+        return frozenset(name for name, kind in self.row_types.items() if kind in ("INT64", "ARRAY<INT64>"))
+
 
 @dataclass(frozen=True)
 class Mod:
