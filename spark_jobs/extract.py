@@ -175,8 +175,6 @@ def report_round(window, round_number: int, results) -> None:
 def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
     """Step 2-3 for a source that reads partitions: rounds of Spark tasks, each reading its
     share of the round's partitions into the round's read frame (:mod:`spark_jobs.read_frame`)."""
-    from pyspark import StorageLevel
-
     from airflow_cdc.pipeline.files import position_to_json
     from spark_jobs import read_frame
 
@@ -196,12 +194,11 @@ def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
             ),
             "position string",
         )
-        frame = positions.mapInArrow(functools.partial(read_positions, plan_json),
-                                     read_frame.read_schema())
-        frame.persist(StorageLevel.MEMORY_AND_DISK)
+        frame = read_frame.kept(positions.mapInArrow(functools.partial(read_positions, plan_json),
+                                                     read_frame.read_schema()))
         frames.append(frame)
         # Only the outcomes and counts come to the driver: rows, dead letters and transaction
-        # tallies stay in the cached frame (the driver's memory must not grow with the window).
+        # tallies stay in the kept frame (the driver's memory must not grow with the window).
         results = []
         for outcome, counts, rows, tallies, dead in read_frame.summaries(frame):
             totals["rows"] += rows
@@ -254,7 +251,7 @@ def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
         },
         dead_letters=dead,
         pending_children=tuple(lineage.still_pending),
-        release=lambda: [f.unpersist() for f in frames],
+        release=lambda: [read_frame.release(f) for f in frames],
     )
 
 
@@ -348,7 +345,7 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
 
     source = window_source(plan)
     read = source.read_window(spark, plan) if source.read_window is not None else read_partitions(spark, plan)
-    from_read_frame = isinstance(read.rows, DataFrame)  # rows of the cached read frames
+    from_read_frame = isinstance(read.rows, DataFrame)  # rows of the kept read frames
     frame = read.rows if from_read_frame else spark.createDataFrame(read.rows, changelog_schema())
     native = source.native_rows(spark, plan)
     if native is not None:
