@@ -223,15 +223,20 @@ def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
                  else check_transactions_on_executors)
         transactions = check(_union([read_frame.tallies_of(f) for f in frames]), plan.window, outcomes)
     source.check_partitions(outcomes, lineage.still_pending)
-    # One Spark partition per read task is right for reading, not for what follows (a task
-    # per partition in every later stage, a changelog file per partition): the rows continue
-    # in about ROWS_PER_TASK-row partitions, at least one per core.
-    tasks = max(sc.defaultParallelism, -(-totals["rows"] // ROWS_PER_TASK))
+    # One Spark partition per read task is right for reading, not always for what follows (a
+    # task per partition in every later stage, a changelog file per partition): small ones
+    # (a small window, rounds of a window whose partitions split) are merged into about
+    # ROWS_PER_TASK-row partitions, whole waves of them (a multiple of the cores). Large ones
+    # are left as the read made them: merging 9 partitions of about 111,000 rows into 5 made
+    # the write of 1M rows end with one core idle for its last task.
     if frames:
         rows = _union([read_frame.rows_of(f) for f in frames])
     else:  # a plan without partitions to read (none in the window): no rows
         rows = spark.createDataFrame([], read_frame.read_schema()).select(*read_frame.CHANGELOG_NAMES)
-    if rows.rdd.getNumPartitions() > tasks:
+    cores = sc.defaultParallelism
+    tasks = cores * max(1, -(-totals["rows"] // (ROWS_PER_TASK * cores)))
+    partitions = rows.rdd.getNumPartitions()
+    if partitions > tasks and totals["rows"] < partitions * (ROWS_PER_TASK // 4):
         rows = rows.coalesce(tasks)
     dead = _union([read_frame.dead_letters_of(f) for f in frames]) if totals["dead"] else None
     if dead is not None and dead.rdd.getNumPartitions() > sc.defaultParallelism:
@@ -268,8 +273,10 @@ def check_transactions_on_executors(tallies, window, outcomes) -> int:
     from pyspark.sql import functions as F
 
     short = min((o.watermark for o in _stopped_short(window, outcomes)), default=None)
+    # The distinct records as the size of their set: one shuffle, where countDistinct plans
+    # two (333,999 tallies on local[2], cold: 2.4 s -> 1.6 s; warm: 0.7 s -> 0.6 s).
     per_transaction = tallies.groupBy("transaction_id").agg(
-        F.countDistinct("record").alias("seen"), F.min("expected").alias("low"),
+        F.size(F.collect_set("record")).alias("seen"), F.min("expected").alias("low"),
         F.max("expected").alias("high"), F.max("commit_ts").alias("commit_ts"))
     split = F.col("commit_ts").isNotNull() & (F.col("commit_ts") < F.lit(window.start))
     if short is not None:
