@@ -168,9 +168,9 @@ def kept(frame):
 
 def release(frame) -> None:
     """Free a :func:`kept` frame's blocks now (a warm driver goes on to the next window)."""
-    plan = frame._jdf.queryExecution().logical()
-    if plan.getClass().getSimpleName() == "LogicalRDD":
-        plan.rdd().unpersist(False)
+    from spark_jobs.checkpoints import release_checkpoint
+
+    release_checkpoint(frame)
 
 
 def summaries(frame) -> list[tuple]:

@@ -34,6 +34,7 @@ from spark_jobs.apply.partitioning import fold_partitions_for
 from spark_jobs.apply.result import TableResult
 from spark_jobs.apply.schema import Declaration, TablePlan, plan_tables
 from spark_jobs.apply.truncates import Truncation, after_guard, table_guard
+from spark_jobs.checkpoints import release_checkpoint
 from spark_jobs.commits import WindowCommit, current_summary, table_before, window_commit
 
 
@@ -245,12 +246,9 @@ def release(work: TableWork) -> None:
     checkpointed RDD is garbage collected; a session that applies window after window would
     carry them into the next window's fold.
     """
-    for frame in (work.folded, work.changes):
-        if frame is None:
-            continue
-        plan = frame._jdf.queryExecution().logical()
-        if plan.getClass().getSimpleName() == "LogicalRDD":  # a checkpoint (changes is one only with history)
-            plan.rdd().unpersist(False)
+    for frame in (work.folded, work.changes):  # changes is a checkpoint only with history
+        if frame is not None:
+            release_checkpoint(frame)
     work.folded = work.changes = None
 
 
