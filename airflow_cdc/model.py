@@ -425,7 +425,7 @@ def value_texts(values: dict | None) -> dict[str, str | None] | None:
 
 def change_row_to_record(row: ChangeRow) -> dict:
     """The changelog table row for ``row``: one value per :data:`CHANGELOG_COLUMNS` entry."""
-    return dict(zip(_CHANGELOG_NAMES, change_row_values(row)))
+    return dict(zip(CHANGELOG_NAMES, change_row_values(row)))
 
 
 def change_row_values(row: ChangeRow) -> tuple:
@@ -450,12 +450,13 @@ def change_row_values(row: ChangeRow) -> tuple:
     )
 
 
-_CHANGELOG_NAMES = (
+# The changelog's column names, in the order change_row_values gives its values.
+CHANGELOG_NAMES = (
     "stream", "window_id", "source_table", "op", "image", "keys", "new_values", "old_values",
     "column_types_json", "commit_ts", "ordering_key", "transaction_id", "event_id", "partition_id",
     "source_metadata_json",
 )
-if _CHANGELOG_NAMES != tuple(name for name, _ in CHANGELOG_COLUMNS):  # pragma: no cover
+if CHANGELOG_NAMES != tuple(name for name, _ in CHANGELOG_COLUMNS):  # pragma: no cover
     raise AssertionError("change_row_values is out of step with CHANGELOG_COLUMNS")
 
 

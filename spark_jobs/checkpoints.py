@@ -3,7 +3,7 @@
 A local checkpoint (``DataFrame.localCheckpoint``) keeps its blocks on the executors until the
 checkpointed RDD is garbage collected; a warm driver that runs window after window in one
 session would carry them into the next window. The extract's read frames
-(``read_frame.release``) and apply's folded frames (``apply/table_fold.release``) are freed here.
+(``extract.read_partitions``) and apply's folded frames (``apply/table_fold.release``) are freed here.
 """
 
 from __future__ import annotations

@@ -177,6 +177,7 @@ def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
     share of the round's partitions into the round's read frame (:mod:`spark_jobs.read_frame`)."""
     from airflow_cdc.pipeline.files import position_to_json
     from spark_jobs import read_frame
+    from spark_jobs.checkpoints import release_checkpoint
 
     sc = spark.sparkContext
     plan_json = plan.to_json()
@@ -256,7 +257,7 @@ def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
         },
         dead_letters=dead,
         pending_children=tuple(lineage.still_pending),
-        release=lambda: [read_frame.release(f) for f in frames],
+        release=lambda: [release_checkpoint(f) for f in frames],
     )
 
 

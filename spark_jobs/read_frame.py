@@ -161,16 +161,10 @@ def kept(frame):
     rows of ``bench/extract.py``'s Spanner stream were kept in 0.59 s instead of 1.75 s
     (``mapInArrow`` of prepared batches, warm, ``local[2]``). The cost: a cache lost with
     its executor would be read again from the source, a checkpoint is not, so the job fails
-    and its task's retry runs it again (a re-run is exactly once, I1). :func:`release` frees it.
+    and its task's retry runs it again (a re-run is exactly once, I1).
+    ``spark_jobs.checkpoints.release_checkpoint`` frees it.
     """
     return frame.localCheckpoint(eager=True)
-
-
-def release(frame) -> None:
-    """Free a :func:`kept` frame's blocks now (a warm driver goes on to the next window)."""
-    from spark_jobs.checkpoints import release_checkpoint
-
-    release_checkpoint(frame)
 
 
 def summaries(frame) -> list[tuple]:

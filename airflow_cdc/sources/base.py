@@ -48,7 +48,7 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar
 
 from airflow_cdc.model import (
-    CHANGELOG_COLUMNS,
+    CHANGELOG_NAMES,
     ChangeRow,
     PartitionOutcome,
     PartitionPosition,
@@ -123,7 +123,6 @@ class Discovery:
     seen: Mapping[str, Any] = field(default_factory=dict)
 
 
-CHANGELOG_NAMES = tuple(name for name, _ in CHANGELOG_COLUMNS)
 
 
 def changelog_tuple(row: ChangeRow) -> tuple:

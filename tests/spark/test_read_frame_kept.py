@@ -1,8 +1,10 @@
-"""spark_jobs.read_frame.kept and release: a round's read frame computed once, freed after."""
+"""spark_jobs.read_frame.kept and checkpoints.release_checkpoint: a round's read frame
+computed once, freed after."""
 
 from __future__ import annotations
 
-from spark_jobs.read_frame import kept, release
+from spark_jobs.checkpoints import release_checkpoint as release
+from spark_jobs.read_frame import kept
 
 
 def _reads(spark, counter):
