@@ -122,18 +122,49 @@ def chromium(width: int = 1440, height: int = 1300):
     return webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
 
 
-def log_in(driver, server: ViewServer, user: str = "viewer", timeout: float = 180) -> None:
-    """Open the CDC page as a stranger: the UI sends the browser to the login page; fill it in."""
+def log_in(driver, server: ViewServer, user: str = "viewer", timeout: float = 180,
+           attempts: int = 3) -> None:
+    """Open the CDC page as a stranger: the UI sends the browser to the login page; fill it in.
+
+    The login form's inputs are React-controlled: on a loaded machine a re-render can drop
+    typed characters, and the form then stays on the login page with an error. So the
+    typed values are read back before submitting, and a login that does not reach the page
+    is tried again (``attempts`` in all) before failing with the URL and text the browser shows.
+    """
+    from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     driver.get(f"{server.url}{VIEW_ROUTE}")
     wait = WebDriverWait(driver, timeout)
-    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "input[name=username]"))
-    driver.find_element(By.CSS_SELECTOR, "input[name=username]").send_keys(user)
-    driver.find_element(By.CSS_SELECTOR, "input[name=password]").send_keys(server.passwords[user])
-    driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    wait.until(lambda d: d.current_url.rstrip("/").endswith(VIEW_ROUTE))
+    fields = {"username": user, "password": server.passwords[user]}
+
+    def filled(d) -> bool:
+        for name, text in fields.items():
+            field = d.find_element(By.CSS_SELECTOR, f"input[name={name}]")
+            if field.get_property("value") != text:
+                field.clear()
+                field.send_keys(text)
+                return False
+        return True
+
+    def arrived(d) -> bool:
+        return d.current_url.split("?")[0].rstrip("/").endswith(VIEW_ROUTE)
+
+    for _ in range(attempts):
+        wait.until(lambda d: arrived(d) or d.find_elements(By.CSS_SELECTOR, "input[name=username]"))
+        if arrived(driver):
+            return
+        wait.until(filled)
+        driver.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        try:
+            WebDriverWait(driver, timeout / attempts).until(arrived)
+            return
+        except TimeoutException:
+            continue
+    text = driver.find_element(By.TAG_NAME, "body").text[:500]
+    raise RuntimeError(f"logging in as {user!r} did not reach {VIEW_ROUTE} after {attempts} "
+                       f"attempts: the browser shows {driver.current_url} with {text!r}")
 
 
 @dataclass(frozen=True)
