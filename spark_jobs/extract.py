@@ -123,8 +123,8 @@ def cycle_collector_paused():
 def read_positions(plan_json: str, batches):
     """Runs on an executor (``mapInArrow``): read the partitions of the positions in ``batches``
     (JSON texts), one after the other; each read leaves as Arrow batches of the read frame
-    (:mod:`spark_jobs.read_frame`)."""
-    from spark_jobs.read_frame import partition_batches
+    (:mod:`airflow_cdc.sources.read_frame`)."""
+    from airflow_cdc.sources.read_frame import bad_row_dead_letter, partition_batches
 
     plan = _parsed_plan(plan_json)
     window = plan.window
@@ -136,15 +136,6 @@ def read_positions(plan_json: str, batches):
         for position in batch.column(0).to_pylist():
             outcome, tallies, rows, dead, counts = read_partition_task(plan_json, json.loads(position))
             yield from partition_batches(outcome, tallies, rows, dead, counts, bad_row)
-
-
-def bad_row_dead_letter(stream: str, window_id: str, row: tuple, error: Exception) -> tuple:
-    """The dead-letter tuple of a changelog tuple Spark cannot take, naming its event and why."""
-    from airflow_cdc.sources.base import CHANGELOG_NAMES, unwritable_row
-
-    record = dict(zip(CHANGELOG_NAMES, row))
-    return unwritable_row(stream, window_id, record.get("partition_id"), repr(row)[:100_000],
-                          record.get("event_id"), record.get("source_table"), "handed to Spark", error)
 
 
 def _log_progress_to_stderr() -> None:
@@ -174,10 +165,9 @@ def report_round(window, round_number: int, results) -> None:
 
 def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
     """Step 2-3 for a source that reads partitions: rounds of Spark tasks, each reading its
-    share of the round's partitions into the round's read frame (:mod:`spark_jobs.read_frame`)."""
+    share of the round's partitions into the round's read frame (:mod:`airflow_cdc.sources.read_frame`)."""
     from airflow_cdc.pipeline.files import position_to_json
-    from spark_jobs import read_frame
-    from spark_jobs.checkpoints import release_checkpoint
+    from airflow_cdc.sources import read_frame
 
     sc = spark.sparkContext
     plan_json = plan.to_json()
@@ -224,21 +214,10 @@ def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
                  else check_transactions_on_executors)
         transactions = check(_union([read_frame.tallies_of(f) for f in frames]), plan.window, outcomes)
     source.check_partitions(outcomes, lineage.still_pending)
-    # One Spark partition per read task is right for reading, not always for what follows (a
-    # task per partition in every later stage, a changelog file per partition): small ones
-    # (a small window, rounds of a window whose partitions split) are merged into about
-    # ROWS_PER_TASK-row partitions, whole waves of them (a multiple of the cores). Large ones
-    # are left as the read made them: merging 9 partitions of about 111,000 rows into 5 made
-    # the write of 1M rows end with one core idle for its last task.
     if frames:
-        rows = _union([read_frame.rows_of(f) for f in frames])
+        rows = fitted(_union([read_frame.rows_of(f) for f in frames]), totals["rows"])
     else:  # a plan without partitions to read (none in the window): no rows
         rows = spark.createDataFrame([], read_frame.read_schema()).select(*read_frame.CHANGELOG_NAMES)
-    cores = sc.defaultParallelism
-    tasks = cores * max(1, -(-totals["rows"] // (ROWS_PER_TASK * cores)))
-    partitions = rows.rdd.getNumPartitions()
-    if partitions > tasks and totals["rows"] < partitions * (ROWS_PER_TASK // 4):
-        rows = rows.coalesce(tasks)
     dead = _union([read_frame.dead_letters_of(f) for f in frames]) if totals["dead"] else None
     if dead is not None and dead.rdd.getNumPartitions() > sc.defaultParallelism:
         dead = dead.coalesce(sc.defaultParallelism)
@@ -257,8 +236,26 @@ def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
         },
         dead_letters=dead,
         pending_children=tuple(lineage.still_pending),
-        release=lambda: [release_checkpoint(f) for f in frames],
+        kept=tuple(frames),
     )
+
+
+def fitted(frame, rows: int):
+    """``frame`` (of about ``rows`` rows) with its partitions merged when they are many small ones.
+
+    One Spark partition per read task is right for reading, not always for what follows (a
+    task per partition in every later stage, a changelog file per partition): small ones
+    (a small window, rounds of a window whose partitions split, the 200 of a shuffle that
+    dropped repeats) are merged into about ROWS_PER_TASK-row partitions, whole waves of them
+    (a multiple of the cores). Large ones are left as they are: merging 9 partitions of about
+    111,000 rows into 5 made the write of 1M rows end with one core idle for its last task.
+    """
+    cores = frame.sparkSession.sparkContext.defaultParallelism
+    tasks = cores * max(1, -(-rows // (ROWS_PER_TASK * cores)))
+    partitions = frame.rdd.getNumPartitions()
+    if partitions > tasks and rows < partitions * (ROWS_PER_TASK // 4):
+        return frame.coalesce(tasks)
+    return frame
 
 
 def _union(frames: list):
@@ -343,6 +340,7 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
         window_declarations,
     )
 
+    from spark_jobs.checkpoints import release_checkpoint
     from spark_jobs.commits import current_snapshot_id
 
     table = plan.changelog_table
@@ -377,6 +375,8 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
         frame.unpersist()
     if read.release is not None:
         read.release()
+    for kept in read.kept:
+        release_checkpoint(kept)
     return result
 
 

@@ -1,4 +1,4 @@
-"""The read frame (``spark_jobs/read_frame.py``): what a read task hands to Spark in Arrow.
+"""The read frame (``airflow_cdc/sources/read_frame.py``): what a read task hands to Spark in Arrow.
 Pure Python and pyarrow: no Spark session."""
 
 from __future__ import annotations
@@ -8,8 +8,14 @@ from datetime import datetime, timezone
 
 from airflow_cdc.model import PartitionOutcome
 from airflow_cdc.sources.base import TransactionTally
-from spark_jobs.extract import bad_row_dead_letter
-from spark_jobs.read_frame import CHANGELOG_NAMES, KIND, OUTCOME, REASON, partition_batches
+from airflow_cdc.sources.read_frame import (
+    CHANGELOG_NAMES,
+    KIND,
+    OUTCOME,
+    REASON,
+    bad_row_dead_letter,
+    partition_batches,
+)
 
 COMMIT = datetime(2025, 1, 6, 8, tzinfo=timezone.utc)
 

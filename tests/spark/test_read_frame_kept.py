@@ -1,10 +1,10 @@
-"""spark_jobs.read_frame.kept and checkpoints.release_checkpoint: a round's read frame
+"""airflow_cdc.sources.read_frame.kept and checkpoints.release_checkpoint: a round's read frame
 computed once, freed after."""
 
 from __future__ import annotations
 
+from airflow_cdc.sources.read_frame import kept
 from spark_jobs.checkpoints import release_checkpoint as release
-from spark_jobs.read_frame import kept
 
 
 def _reads(spark, counter):

@@ -5,7 +5,9 @@ The extract job (``spark_jobs/extract.py``) calls :func:`read_window` through
 and does the rest as for every source (one changelog commit tagged with the window, the
 dead letters' commit, the outcome file). What is Datastream's own:
 
-1. The planned files are read inside Spark tasks: JSON lines as text, each parsed with exact
+1. The planned files are read by Spark's file system, one row per file, and parsed inside
+   Spark tasks (``mapInArrow``), whose events leave as the read frame's Arrow batches
+   (:mod:`airflow_cdc.sources.read_frame`): JSON lines each parsed with exact
    decimals (Spark's JSON reader would turn ``20.00`` into a double first); Avro through
    fastavro, the payload's column types from each file's writer schema (spark-avro drops the
    schema's logical types, and pyspark ships without it: one reader, one mapping). Both give
@@ -14,9 +16,9 @@ dead letters' commit, the outcome file). What is Datastream's own:
 2. Events are keyed by the plan's key columns per table (declared in the spec, looked up into
    the options), else by their metadata; tables keyed by Oracle ROWID are counted by name
    (``rowid_keyed_tables``), so a window says when it used the key that moves.
-3. Duplicates by uuid are dropped within the window here, and against every event id already
-   in the changelog by :func:`drop_seen_events` (Datastream delivers at least once, and a
-   duplicate may come windows later).
+3. Duplicates by uuid are dropped within the window (the copy from the first file is kept)
+   and against every event id already in the changelog, by :func:`drop_seen_events`
+   (Datastream delivers at least once, and a duplicate may come windows later).
 4. Malformed lines, files and events become dead letters with the reason; a corrupt Avro
    block too (its bytes), the file's other blocks are read (:mod:`.avro_blocks`). A planned
    file that is gone fails the window naming it and the fix, before anything is read.
@@ -35,7 +37,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from airflow_cdc.faults import crash_point
-from airflow_cdc.model import CHANGELOG_COLUMNS, PartitionOutcome, parse_ts
+from airflow_cdc.model import PartitionOutcome, parse_ts
 from airflow_cdc.sources.base import DeadLetter, WindowRead, changelog_tuple, dead_letter_tuple
 from airflow_cdc.sources.datastream import PROGRESS_PARTITION
 from airflow_cdc.sources.datastream.avro_blocks import read_avro_blocks
@@ -52,9 +54,6 @@ from airflow_cdc.sources.datastream.keys import table_keys
 from airflow_cdc.sources.datastream.progress import idle_declared, progress_watermark
 from airflow_cdc.sources.datastream.types import AvroPayload, declared_column_types
 
-_COLUMN_NAMES = [name for name, _ in CHANGELOG_COLUMNS]
-_EVENT_INDEX = _COLUMN_NAMES.index("event_id")
-_PARTITION_INDEX = _COLUMN_NAMES.index("partition_id")
 
 
 def normal_path(path: str) -> str:
@@ -132,11 +131,15 @@ def dead_letter(stream: str, window_id: str, partition_id: str, raw, reason: str
 
 
 def json_line_results(stream: str, window_id: str, tables: TableSettings, row) -> tuple:
-    path = normal_path(row["_file"])
+    """The result of one line (``row``: ``value``, the line, and ``_file``, its file)."""
+    return _json_line(stream, window_id, tables, normal_path(row["_file"]), row["value"])
+
+
+def _json_line(stream: str, window_id: str, tables: TableSettings, path: str, line: str) -> tuple:
     try:
-        event = json_line_event(row["value"])
+        event = json_line_event(line)
     except MalformedEventError as error:
-        return dead_letter(stream, window_id, path, row["value"], str(error))
+        return dead_letter(stream, window_id, path, line, str(error))
     return map_event(stream, window_id, path, event, tables)
 
 
@@ -195,60 +198,87 @@ def avro_bytes_text(path: str, content: bytes, start: int, end: int) -> str:
                        "base64": base64.b64encode(content[start:end]).decode("ascii")})
 
 
-def read_events(spark, stream: str, window_id: str, json_files: list[str], avro_files: list[str],
-                tables: TableSettings | None = None):
-    """An RDD of ("row" | "dead", tuple, read ms, ROWID table) for every event of the files."""
-    from pyspark.sql import functions as F
-
-    sc = spark.sparkContext
-    tables = tables or TableSettings()
-    parts = []
-    if json_files:
-        # Spark lists more than 32 paths with a distributed job (meant for folders of
-        # partitions); for a window's named files the driver's own listing is cheaper:
-        # 4.2-4.7 s against 5.3-6.3 s for 206 files in a fresh session here.
-        spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", "1024")
-        lines = spark.read.text(json_files).withColumn("_file", F.input_file_name())
-        parts.append(
-            lines.rdd.filter(lambda row: row["value"].strip())  # as Spark's JSON reader, skip blank lines
-            .map(lambda row: json_line_results(stream, window_id, tables, row))
-        )
-    if avro_files:
-        files = sc.binaryFiles(",".join(avro_files), minPartitions=len(avro_files))
-        parts.append(files.flatMap(lambda item: avro_file_results(stream, window_id, tables, *item)))
-    return sc.union(parts) if parts else sc.emptyRDD()
+def json_file_results(stream: str, window_id: str, tables: TableSettings, path: str,
+                      content: bytes) -> list[tuple]:
+    """Every event of one JSON-lines file, as Spark's text reader splits it: lines end at
+    ``\n``, ``\r\n`` or ``\r``; a leading byte-order mark is skipped; bytes that are no UTF-8
+    become U+FFFD; blank lines are skipped (as Spark's JSON reader does)."""
+    path = normal_path(path)
+    if content.startswith(b"\xef\xbb\xbf"):
+        content = content[3:]
+    results = []
+    for line in content.splitlines():
+        text = line.decode("utf-8", "replace")
+        if text.strip():
+            results.append(_json_line(stream, window_id, tables, path, text))
+    return results
 
 
-def _tally(results) -> list[tuple]:
-    """(records per file, events, dead letters, newest read ms, ROWID-keyed tables) of one
-    Spark partition."""
+def file_contents(spark, paths: list[str]):
+    """A frame of (path, content) of the planned files, read by Spark's file system (a local
+    folder, ``gs://`` through the cluster's connector ...): one row per file."""
+    # Spark lists more than 32 paths with a distributed job (meant for folders of
+    # partitions); for a window's named files the driver's own listing is cheaper:
+    # 4.2-4.7 s against 5.3-6.3 s for 206 files in a fresh session here.
+    spark.conf.set("spark.sql.sources.parallelPartitionDiscovery.threshold", "1024")
+    return spark.read.format("binaryFile").load(paths).select("path", "content")
+
+
+def read_file_batches(stream: str, window_id: str, tables: TableSettings, formats: dict, batches):
+    """Runs on an executor (``mapInArrow`` over :func:`file_contents`): every event of the
+    files in ``batches``, as the read frame's Arrow batches (:mod:`airflow_cdc.sources.read_frame`):
+    change rows, dead letters, and last one summary of what the task read: (records per
+    file, events, dead letters, newest read ms, ROWID-keyed tables)."""
+    from airflow_cdc.sources import read_frame
+
+    def bad_row(row, error):
+        return read_frame.bad_row_dead_letter(stream, window_id, row, error)
+
+    crash_point("extract.reading")
     per_file: dict[str, int] = {}
-    events = dead = 0
+    dead: list[tuple] = []
+    rows: list[tuple] = []
+    events = 0
     newest = None
     by_row_id: set[str] = set()
-    crash_point("extract.reading")
-    for kind, values, read_ms, row_id_table in results:
-        if row_id_table is not None:
-            by_row_id.add(row_id_table)
-        path = values[_PARTITION_INDEX]
-        per_file[path] = per_file.get(path, 0) + 1
-        if kind == "row":
-            events += 1
-        else:
-            dead += 1
-        if read_ms is not None and (newest is None or read_ms > newest):
-            newest = read_ms
-    return [(per_file, events, dead, newest, by_row_id)]
-
-
-def _first_by_uuid(a: tuple, b: tuple) -> tuple:
-    # Duplicates are the same event: keep the copy from the first file, so re-runs agree.
-    return a if (a[1][_PARTITION_INDEX] or "") <= (b[1][_PARTITION_INDEX] or "") else b
+    for batch in batches:
+        paths, contents = batch.column("path"), batch.column("content")
+        for index in range(batch.num_rows):
+            path = normal_path(paths[index].as_py())
+            read = avro_file_results if formats[path] == "avro" else json_file_results
+            results = read(stream, window_id, tables, path, contents[index].as_py())
+            per_file[path] = per_file.get(path, 0) + len(results)
+            for kind, values, read_ms, row_id_table in results:
+                (rows if kind == "row" else dead).append(values)
+                if row_id_table is not None:
+                    by_row_id.add(row_id_table)
+                if read_ms is not None and (newest is None or read_ms > newest):
+                    newest = read_ms
+            if len(rows) >= read_frame.ROWS_PER_BATCH:
+                for out in read_frame.row_batches(rows, dead, bad_row):
+                    events += out.num_rows
+                    yield out
+                rows = []
+    for out in read_frame.row_batches(rows, dead, bad_row):
+        events += out.num_rows
+        yield out
+    if dead:
+        yield read_frame.dead_batch(dead)
+    yield read_frame.summary_batch((per_file, events, len(dead), newest, by_row_id))
 
 
 def read_window(spark, plan) -> WindowRead:
-    """Steps 1, 2, 4 and 5 above for ``plan`` (a WindowPlanFile); step 3 within the window."""
-    from pyspark import StorageLevel
+    """Steps 1, 2, 4 and 5 above for ``plan`` (a WindowPlanFile); step 3's duplicates within
+    the window and against the changelog are dropped by :func:`drop_seen_events`.
+
+    The files' events reach Spark as Arrow batches of the read frame, kept as a local
+    checkpoint. A performance strategy. Saves: they were an RDD of pickled Python tuples,
+    cached, tallied, deduplicated by a Python shuffle and converted by ``createDataFrame``
+    row by row; see the README's "The cost of a window" for the measured gain.
+    """
+    import functools
+
+    from airflow_cdc.sources import read_frame
 
     window, window_id = plan.window, plan.window.window_id
     stream = window.stream_id
@@ -261,30 +291,26 @@ def read_window(spark, plan) -> WindowRead:
     gone = missing_files(spark, [p.partition_id for p in files])
     if gone:
         raise planned_files_missing(gone, window)
-    results = read_events(
-        spark, stream, window_id,
-        [p.partition_id for p in files if p.resume_position == "json"],
-        [p.partition_id for p in files if p.resume_position == "avro"],
-        tables,
-    )
-    results.persist(StorageLevel.MEMORY_AND_DISK)
-
-    tally = results.mapPartitions(_tally).collect()
+    formats = {normal_path(p.partition_id): p.resume_position for p in files}
+    if files:
+        frame = read_frame.kept(file_contents(spark, [p.partition_id for p in files]).mapInArrow(
+            functools.partial(read_file_batches, stream, window_id, tables, formats),
+            read_frame.read_schema()))
+        summaries = read_frame.summaries(frame)
+        rows = read_frame.rows_of(frame)
+    else:
+        frame, summaries = None, []
+        rows = spark.createDataFrame([], read_frame.read_schema()).select(*read_frame.CHANGELOG_NAMES)
     per_file: dict[str, int] = {}
-    for files_seen, *_ in tally:
+    for files_seen, *_ in summaries:
         for path, number in files_seen.items():
             per_file[path] = per_file.get(path, 0) + number
-    events = sum(t[1] for t in tally)
-    dead_letters = sum(t[2] for t in tally)
-    newest_ms = max((t[3] for t in tally if t[3] is not None), default=None)
-    unique = (
-        results.filter(lambda r: r[0] == "row")
-        .keyBy(lambda r: r[1][_EVENT_INDEX]).reduceByKey(_first_by_uuid).values()
-        .map(lambda r: r[1])
-    )
+    events = sum(s[1] for s in summaries)
+    dead_letters = sum(s[2] for s in summaries)
+    newest_ms = max((s[3] for s in summaries if s[3] is not None), default=None)
     outcomes = [
         PartitionOutcome(p.partition_id, finished=True, watermark=p.start,
-                         records=int(per_file.get(p.partition_id, 0)))
+                         records=int(per_file.get(normal_path(p.partition_id), 0)))
         for p in files
     ]
     progress, idle = _progress_outcome(plan, events + dead_letters, newest_ms)
@@ -292,17 +318,17 @@ def read_window(spark, plan) -> WindowRead:
         # Records stay with the files that held them, so the window's record count adds up.
         outcomes.append(progress)
     return WindowRead(
-        rows=unique,
+        rows=rows,
         outcomes=outcomes,
         counts={
             "events": events,
             "dead_letters": dead_letters,
             "files": len(files),
             "idle_declared": 1 if idle else 0,
-            "rowid_keyed_tables": sorted(set().union(*(t[4] for t in tally))),
+            "rowid_keyed_tables": sorted(set().union(*(s[4] for s in summaries))),
         },
-        dead_letters=results.filter(lambda r: r[0] == "dead").map(lambda r: r[1]) if dead_letters else None,
-        release=results.unpersist,
+        dead_letters=read_frame.dead_letters_of(frame) if dead_letters else None,
+        kept=(frame,) if frame is not None else (),
     )
 
 

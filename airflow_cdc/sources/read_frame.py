@@ -1,14 +1,19 @@
-"""A round of partition reads as one Spark frame, handed from the read tasks to Spark in Arrow.
+"""What a source's Spark read tasks hand to Spark: one frame, in Arrow.
 
-The read tasks (``mapInArrow`` over a round's partition positions, :func:`spark_jobs.extract.
-read_positions`) return everything a partition read gives in one schema (:func:`read_schema`),
-one kind of row per value of :data:`KIND`:
+The read tasks (``mapInArrow``) return everything a read gives in one schema
+(:func:`read_schema`), one kind of row per value of :data:`KIND`:
 
 * ``row``: a changelog row (the changelog's columns);
 * ``dead``: a dead letter (the changelog's columns and :data:`REASON`);
 * ``tally``: one record of a source transaction: ``transaction_id``, ``commit_ts`` (when the
   source knows it), :data:`EXPECTED` records in the whole transaction, :data:`RECORD` its id;
-* ``outcome``: the partition's outcome and counts, pickled (:data:`OUTCOME`), one per partition.
+* ``outcome``: a summary, pickled (:data:`OUTCOME`): a partition read's outcome and counts
+  (:func:`partition_batches`), or what a source's own read task counted (:func:`summary_batch`).
+
+Who uses it: the extract job's partition reads (``spark_jobs/extract.py``, a round's positions
+read by :func:`spark_jobs.extract.read_positions`), and sources that read a whole window their
+own way (Datastream's files). It lives with the sources so that they can; pyspark is imported
+inside the functions that use it, as everywhere in this package.
 
 The driver keeps the frame on the executors (:func:`kept`) and takes from it what each step
 needs: the outcomes (the only thing it collects of a large window), the tallies for the
@@ -29,7 +34,7 @@ import pickle
 from collections.abc import Iterator, Sequence
 
 from airflow_cdc.model import CHANGELOG_COLUMNS
-from airflow_cdc.sources.base import CHANGELOG_NAMES
+from airflow_cdc.sources.base import CHANGELOG_NAMES, unwritable_row
 
 KIND = "_read_kind"
 REASON = "_reason"
@@ -44,15 +49,9 @@ _EXTRA_COLUMNS = ((KIND, "string"), (REASON, "string"), (EXPECTED, "long"), (REC
 ROWS_PER_BATCH = 20_000
 
 
-def read_schema():
-    """The Spark schema of the read frame: the changelog's columns, then the read's own."""
-    from pyspark.sql import types as T
-
-    from spark_jobs.changelog import changelog_schema
-
-    extra = {"string": T.StringType, "long": T.LongType, "binary": T.BinaryType}
-    return T.StructType(list(changelog_schema().fields) + [
-        T.StructField(name, extra[kind](), nullable=True) for name, kind in _EXTRA_COLUMNS])
+def read_schema() -> str:
+    """The Spark schema of the read frame (DDL): the changelog's columns, then the read's own."""
+    return ", ".join(f"`{name}` {kind}" for name, kind in CHANGELOG_COLUMNS + _EXTRA_COLUMNS)
 
 
 def _arrow_types() -> dict:
@@ -98,6 +97,24 @@ def partition_batches(outcome, tallies, rows: list[tuple], dead: list[tuple], co
     """
     dead = list(dead)
     row_count = 0
+    for batch in row_batches(rows, dead, bad_row_dead_letter):
+        row_count += batch.num_rows
+        yield batch
+    if dead:
+        yield dead_batch(dead)
+    records = [(t.transaction_id, t.expected_records, record, t.commit_ts)
+               for t in tallies for record in sorted(t.record_ids)]
+    if records:
+        txn, expected, record, commit_ts = (list(c) for c in zip(*records))
+        yield _batch(TALLY, len(records), {"transaction_id": txn, EXPECTED: expected,
+                                           RECORD: record, "commit_ts": commit_ts})
+    yield summary_batch((outcome, dict(counts), row_count, len(records), len(dead)),
+                        outcome.partition_id)
+
+
+def row_batches(rows: Sequence[tuple], dead: list, bad_row_dead_letter) -> Iterator:
+    """``rows`` (changelog tuples) in Arrow batches of at most :data:`ROWS_PER_BATCH`; a row
+    Arrow cannot hold is appended to ``dead`` as ``bad_row_dead_letter(row, error)``."""
     for start in range(0, len(rows), ROWS_PER_BATCH):
         chunk = rows[start:start + ROWS_PER_BATCH]
         try:
@@ -111,18 +128,19 @@ def partition_batches(outcome, tallies, rows: list[tuple], dead: list[tuple], co
                 except Exception as error:  # noqa: BLE001 - kept as a dead letter, with why
                     dead.append(bad_row_dead_letter(row, error))
             batch = _rows_batch(ROW, good)
-        row_count += batch.num_rows
         yield batch
-    if dead:
-        yield _dead_batch(dead)
-    records = [(t.transaction_id, t.expected_records, record, t.commit_ts)
-               for t in tallies for record in sorted(t.record_ids)]
-    if records:
-        txn, expected, record, commit_ts = (list(c) for c in zip(*records))
-        yield _batch(TALLY, len(records), {"transaction_id": txn, EXPECTED: expected,
-                                           RECORD: record, "commit_ts": commit_ts})
-    summary = pickle.dumps((outcome, dict(counts), row_count, len(records), len(dead)))
-    yield _batch(SUMMARY, 1, {"partition_id": [outcome.partition_id], OUTCOME: [summary]})
+
+
+def summary_batch(summary, partition_id: str | None = None):
+    """One row holding ``summary`` pickled: what the driver collects of a read (:func:`summaries`)."""
+    return _batch(SUMMARY, 1, {"partition_id": [partition_id], OUTCOME: [pickle.dumps(summary)]})
+
+
+def bad_row_dead_letter(stream: str, window_id: str, row: tuple, error: Exception) -> tuple:
+    """The dead-letter tuple of a changelog tuple Spark cannot take, naming its event and why."""
+    record = dict(zip(CHANGELOG_NAMES, row))
+    return unwritable_row(stream, window_id, record.get("partition_id"), repr(row)[:100_000],
+                          record.get("event_id"), record.get("source_table"), "handed to Spark", error)
 
 
 def _rows_batch(kind: str, rows: Sequence[tuple]):
@@ -130,7 +148,7 @@ def _rows_batch(kind: str, rows: Sequence[tuple]):
     return _batch(kind, len(rows), columns)
 
 
-def _dead_batch(dead: Sequence[tuple]):
+def dead_batch(dead: Sequence[tuple]):
     """Dead-letter tuples (changelog columns + reason); one whose text Arrow cannot hold is
     written with its texts escaped rather than lost."""
     try:
@@ -162,13 +180,15 @@ def kept(frame):
     (``mapInArrow`` of prepared batches, warm, ``local[2]``). The cost: a cache lost with
     its executor would be read again from the source, a checkpoint is not, so the job fails
     and its task's retry runs it again (a re-run is exactly once, I1).
-    ``spark_jobs.checkpoints.release_checkpoint`` frees it.
+    The extract job frees it when the window is committed (``WindowRead.kept``,
+    ``spark_jobs.checkpoints.release_checkpoint``).
     """
     return frame.localCheckpoint(eager=True)
 
 
-def summaries(frame) -> list[tuple]:
-    """(outcome, counts, rows, tally records, dead letters) of each partition read of ``frame``."""
+def summaries(frame) -> list:
+    """The summaries of ``frame`` (:func:`summary_batch`); of a partition read: (outcome,
+    counts, rows, tally records, dead letters)."""
     from pyspark.sql import functions as F
 
     return [pickle.loads(r[0]) for r in frame.where(F.col(KIND) == SUMMARY).select(OUTCOME).collect()]
