@@ -34,6 +34,10 @@ DEFERRABLE = {"true": True, "false": False}.get(os.environ.get("CDC_DEFERRABLE",
 CATCHUP = os.environ.get("CDC_CATCHUP", "").lower() == "true"
 MAX_ACTIVE_RUNS = int(os.environ.get("CDC_MAX_ACTIVE_RUNS", "1"))
 
+# CDC_WARM_DRIVER_IDLE_SECONDS=<s> runs the Spark jobs in a driver kept warm on the worker for
+# that long after its last job (off by default: a spark-submit per job).
+WARM_DRIVER_IDLE_SECONDS = float(os.environ.get("CDC_WARM_DRIVER_IDLE_SECONDS") or 0) or None
+
 with DAG(
     dag_id="bigtable_change_stream_to_iceberg",
     schedule=CronDataIntervalTimetable(f"*/{WINDOW_MINUTES} * * * *", timezone="UTC"),
@@ -45,6 +49,7 @@ with DAG(
 ):
     BigtableChangeStreamPipeline(
         group_id="events",
+        warm_driver_idle_seconds=WARM_DRIVER_IDLE_SECONDS,
         project_id=PROJECT,
         instance_id=INSTANCE,
         table_id=TABLE,

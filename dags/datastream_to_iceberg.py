@@ -64,6 +64,10 @@ KEY_COLUMNS = _json_mapping("CDC_DATASTREAM_KEY_COLUMNS", '{"HR.EMPLOYEES": ["EM
 # payloads have no dates and no declared precision. Unset: typed from Avro schemas and values.
 COLUMN_TYPES = _json_mapping("CDC_DATASTREAM_COLUMN_TYPES", '{"shop_orders": {"amount": "DECIMAL(10,2)"}}')
 
+# CDC_WARM_DRIVER_IDLE_SECONDS=<s> runs the Spark jobs in a driver kept warm on the worker for
+# that long after its last job (off by default: a spark-submit per job).
+WARM_DRIVER_IDLE_SECONDS = float(os.environ.get("CDC_WARM_DRIVER_IDLE_SECONDS") or 0) or None
+
 with DAG(
     dag_id="datastream_to_iceberg",
     # A data-interval timetable: each run owns [data_interval_start, data_interval_end).
@@ -80,6 +84,7 @@ with DAG(
 ):
     changes = DatastreamPipeline(
         group_id="datastream",
+        warm_driver_idle_seconds=WARM_DRIVER_IDLE_SECONDS,
         prefix=PREFIX,
         stream_id=STREAM_ID,
         gcp_conn_id=GCP_CONN_ID,

@@ -66,6 +66,10 @@ def _key_columns() -> dict:
     return value
 
 
+# CDC_WARM_DRIVER_IDLE_SECONDS=<s> runs the Spark jobs in a driver kept warm on the worker for
+# that long after its last job (off by default: a spark-submit per job).
+WARM_DRIVER_IDLE_SECONDS = float(os.environ.get("CDC_WARM_DRIVER_IDLE_SECONDS") or 0) or None
+
 with DAG(
     dag_id="debezium_to_iceberg",
     # A data-interval timetable: each run owns [data_interval_start, data_interval_end).
@@ -82,6 +86,7 @@ with DAG(
 ):
     DebeziumPipeline(
         group_id="debezium",
+        warm_driver_idle_seconds=WARM_DRIVER_IDLE_SECONDS,
         stream_id=STREAM_ID,
         prefix=PREFIX,
         topic_prefix=TOPIC_PREFIX,

@@ -51,6 +51,10 @@ TABLES = {
     "Events": "EventTime",
 }
 
+# CDC_WARM_DRIVER_IDLE_SECONDS=<s> runs the Spark jobs in a driver kept warm on the worker for
+# that long after its last job (off by default: a spark-submit per job).
+WARM_DRIVER_IDLE_SECONDS = float(os.environ.get("CDC_WARM_DRIVER_IDLE_SECONDS") or 0) or None
+
 with DAG(
     dag_id="spanner_commit_ts_to_iceberg",
     schedule=CronDataIntervalTimetable(f"*/{WINDOW_MINUTES} * * * *", timezone="UTC"),
@@ -62,6 +66,7 @@ with DAG(
 ):
     SpannerCommitTimestampPipeline(
         group_id="shop",
+        warm_driver_idle_seconds=WARM_DRIVER_IDLE_SECONDS,
         stream_id=STREAM_ID,
         project_id=PROJECT,
         instance_id=INSTANCE,

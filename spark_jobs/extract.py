@@ -48,17 +48,12 @@ from airflow_cdc.pipeline.partition_lineage import (
     check_transactions,
     run_rounds,
 )
-from airflow_cdc.sources.base import WindowRead, read_tuples
+from airflow_cdc.sources.base import READ_TASKS_PER_CORE, WindowRead, read_tuples
 from airflow_cdc.sources.registry import build_source
 
 # Marks the extract job's dead-letter commit; apply tags its own with the window property.
 DEAD_LETTER_PROPERTY = "airflow-cdc.extract-dead-letters"
 
-# Spark tasks per core that read a round's partitions. A task per partition paid a Spark
-# task's fixed cost (tens of milliseconds of the Python worker alone, more on a busy machine)
-# for each of a thousand partitions; a few tasks per core still balance partitions of
-# unequal size.
-READ_TASKS_PER_CORE = 4
 # A window with at most this many transaction tallies (about one per record) is checked on
 # the driver (check_transactions_on_driver), a larger one on the executors.
 DRIVER_CHECK_TALLIES = 20_000

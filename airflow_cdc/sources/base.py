@@ -58,6 +58,12 @@ from airflow_cdc.model import (
 )
 
 
+# Spark tasks per core that read a window's partitions (the extract job's rounds, the
+# partitioned queries of a commit-timestamp window). A task per partition paid a Spark task's
+# fixed cost (tens of milliseconds of the Python worker alone, more on a busy machine) for
+# each of a thousand partitions; a few tasks per core still balance partitions of unequal size.
+READ_TASKS_PER_CORE = 4
+
 @dataclass(frozen=True)
 class TransactionTally:
     """Records of one source transaction seen in one partition read.

@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from airflow_cdc.emulators.bigtable import BigtableEmulator, generate_history
+from tests.warm import stop_warm_drivers, warm_driver_env
 
 START = datetime(2025, 1, 6, 8, 0, tzinfo=timezone.utc)
 WINDOW = timedelta(minutes=30)
@@ -37,6 +38,7 @@ with DAG("bigtable_stall_open", schedule=DeltaDataIntervalTimetable(timedelta(mi
         targets={"namespace": "btstall_t"},
         spark_conf={"spark.default.parallelism": "2", "spark.sql.shuffle.partitions": "2"},
         deferrable=False, gate_poke_interval=1, gate_timeout=120, wait_poke_interval=1,
+        warm_driver_idle_seconds=float(os.environ.get("CDC_WARM_DRIVER_IDLE_SECONDS") or 0) or None,
     )
 """
 
@@ -58,6 +60,7 @@ def runs(airflow_db, warehouse, tmp_path_factory):
     saved = dict(os.environ)
     with BigtableEmulator(history) as emulator:
         os.environ.update({
+            **warm_driver_env(base),
             "BIGTABLE_EMULATOR_HOST": emulator.emulator_host,
             "CDC_BT_WAREHOUSE": str(warehouse),
             "AIRFLOW_CDC_STATE_URL": f"sqlite:///{base / 'cdc_state.db'}",
@@ -79,6 +82,7 @@ def runs(airflow_db, warehouse, tmp_path_factory):
             yield {"runs": [first, second], "emulator": emulator, "history": history,
                    "state_url": os.environ["AIRFLOW_CDC_STATE_URL"]}
         finally:
+            stop_warm_drivers(base)
             os.environ.clear()
             os.environ.update(saved)
 

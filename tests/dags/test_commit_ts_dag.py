@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from airflow_cdc.model import WindowState
+from tests.warm import stop_warm_drivers, warm_driver_env
 
 WINDOW = timedelta(minutes=20)
 DAG_ID = "spanner_commit_ts_to_iceberg"
@@ -38,6 +39,7 @@ def replay(airflow_db, tmp_path_factory):
     ends = [start + WINDOW, start + 2 * WINDOW, start + 3 * WINDOW]
     saved = dict(os.environ)
     os.environ.update({
+        **warm_driver_env(base),
         "AIRFLOW_CDC_WAREHOUSE": str(base / "warehouse"),
         "AIRFLOW_CDC_WORK_ROOT": str(base / "work"),
         "AIRFLOW_CDC_STATE_URL": f"sqlite:///{base / 'cdc_state.db'}",
@@ -76,6 +78,7 @@ def replay(airflow_db, tmp_path_factory):
             found["reseeded"] = dag.test(logical_date=ends[2])
         yield found
     finally:
+        stop_warm_drivers(base)
         os.environ.clear()
         os.environ.update(saved)
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.warm import stop_warm_drivers, warm_driver_env
+
 DAG_ID = "debezium_to_iceberg"
 DB = "cdc_dbz_dag"
 SLOT = "cdc_dbz_dag_slot"
@@ -86,6 +88,7 @@ def replay(airflow_db, tmp_path_factory):
     ends = [start + WINDOW, start + 2 * WINDOW]
     saved = dict(os.environ)
     os.environ.update({
+        **warm_driver_env(base),
         "AIRFLOW_CDC_WAREHOUSE": str(base / "warehouse"),
         "AIRFLOW_CDC_WORK_ROOT": str(base / "work"),
         "AIRFLOW_CDC_STATE_URL": f"sqlite:///{base / 'cdc_state.db'}",
@@ -115,6 +118,7 @@ def replay(airflow_db, tmp_path_factory):
         runs[ends[1]] = dag.test(logical_date=ends[1])
         yield {"dag": dag, "runs": runs, "ends": ends, "base": base}
     finally:
+        stop_warm_drivers(base)
         os.environ.clear()
         os.environ.update(saved)
         drop_database_quietly()

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from airflow_cdc.model import WindowState
+from tests.warm import stop_warm_drivers, warm_driver_env
 
 DAG_ID = "datastream_to_iceberg"
 
@@ -30,7 +31,7 @@ def replay(airflow_db, tmp_path_factory):
     history = generate_history(prefix, seed=3, windows=1)
     saved = dict(os.environ)
     os.environ.update(
-        {**environment(base, prefix, START),
+        {**warm_driver_env(base), **environment(base, prefix, START),
          "AIRFLOW_CDC_STATE_URL": f"sqlite:///{base / 'cdc_state.db'}"}
     )
     try:
@@ -38,6 +39,7 @@ def replay(airflow_db, tmp_path_factory):
         runs = run_windows(history, dag, log=lambda message: None)
         yield {"history": history, "runs": runs, "base": base, "dag": dag}
     finally:
+        stop_warm_drivers(base)
         os.environ.clear()
         os.environ.update(saved)
 

@@ -31,7 +31,13 @@ from datetime import datetime
 
 from airflow_cdc.faults import crash_point
 from airflow_cdc.model import PartitionOutcome, PartitionPosition, format_ts, parse_ts
-from airflow_cdc.sources.base import DeadLetter, WindowRead, changelog_tuple, dead_letter_tuple
+from airflow_cdc.sources.base import (
+    READ_TASKS_PER_CORE,
+    DeadLetter,
+    WindowRead,
+    changelog_tuple,
+    dead_letter_tuple,
+)
 from airflow_cdc.sources.spanner_commit_ts import RESEED_PREFIX
 from airflow_cdc.sources.spanner_commit_ts.errors import RetentionExceededError
 from airflow_cdc.sources.spanner_commit_ts.rows import (
@@ -171,8 +177,13 @@ def read_window(source, spark, plan) -> WindowRead:
         tables={n: t.to_json() for n, t in tables.items()},
         stream=window.stream_id, window_id=window.window_id,
     )
-    results = spark.sparkContext.parallelize(tasks, max(1, len(tasks))) \
-        .mapPartitions(context.run).persist(StorageLevel.MEMORY_AND_DISK)
+    # A few Spark tasks per core, each running its share of the Spanner partitions (Spanner
+    # splits even a small table into dozens): a task per partition paid a Python task's fixed
+    # cost each time. (measured: see the commit message)
+    sc = spark.sparkContext
+    slices = max(1, min(len(tasks), READ_TASKS_PER_CORE * sc.defaultParallelism))
+    results = sc.parallelize(tasks, slices).mapPartitions(context.run) \
+        .persist(StorageLevel.MEMORY_AND_DISK)
     tally = dict(results.map(lambda r: ((r[0], r[1]), 1)).countByKey())
     for snapshot in snapshots:
         snapshot.close()
