@@ -1,4 +1,4 @@
-"""The example Spanner DAG through real Airflow (dag.test), Spark (spark-submit) and Iceberg.
+"""The example Spanner DAG through real Airflow (dag.test), Spark (a warm driver) and Iceberg.
 
 One module-scoped replay runs every 10-minute window of a 30-minute emulated history with a
 deferrable gate (dag.test would run its trigger inline); the tests then read what it left: targets
@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from airflow_cdc.model import WindowState
+from tests.warm import stop_warm_drivers, warm_driver_env
 
 WINDOW = timedelta(minutes=10)
 DAG_ID = "spanner_change_stream_to_iceberg"
@@ -64,6 +65,7 @@ def replay(airflow_db, tmp_path_factory):
     saved = dict(os.environ)
     os.environ.update(
         {
+            **warm_driver_env(base),
             "AIRFLOW_CDC_WAREHOUSE": str(base / "warehouse"),
             "AIRFLOW_CDC_WORK_ROOT": str(base / "work"),
             "AIRFLOW_CDC_STATE_URL": f"sqlite:///{base / 'cdc_state.db'}",
@@ -105,6 +107,7 @@ def replay(airflow_db, tmp_path_factory):
             "output": output.read_text(),
             "openlineage": lineage.read_text() if lineage.exists() else "",
         }
+    stop_warm_drivers(base)
     os.environ.clear()
     os.environ.update(saved)
 
