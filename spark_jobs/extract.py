@@ -240,10 +240,10 @@ def fitted(frame, rows: int):
 
     One Spark partition per read task is right for reading, not always for what follows (a
     task per partition in every later stage, a changelog file per partition): small ones
-    (a small window, rounds of a window whose partitions split, the 200 of a shuffle that
-    dropped repeats) are merged into about ROWS_PER_TASK-row partitions, whole waves of them
-    (a multiple of the cores). Large ones are left as they are: merging 9 partitions of about
-    111,000 rows into 5 made the write of 1M rows end with one core idle for its last task.
+    (a small window, rounds of a window whose partitions split) are merged into about
+    ROWS_PER_TASK-row partitions, whole waves of them (a multiple of the cores). Large ones
+    are left as they are: merging 9 partitions of about 111,000 rows into 5 made the write of
+    1M rows end with one core idle for its last task.
     """
     cores = frame.sparkSession.sparkContext.defaultParallelism
     tasks = cores * max(1, -(-rows // (ROWS_PER_TASK * cores)))

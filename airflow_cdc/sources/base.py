@@ -64,6 +64,7 @@ from airflow_cdc.model import (
 # each of a thousand partitions; a few tasks per core still balance partitions of unequal size.
 READ_TASKS_PER_CORE = 4
 
+
 @dataclass(frozen=True)
 class TransactionTally:
     """Records of one source transaction seen in one partition read.
@@ -231,7 +232,7 @@ def drop_seen_event_ids(spark, table: str, stream: str, frame):
     # The shuffles below leave spark.sql.shuffle.partitions partitions (200 by default, and
     # adaptive execution does not merge those of a plan the extract caches): every later
     # stage ran 200 tasks and the commit wrote 200 files. The result keeps the partitions it
-    # came in (Datastream, 100,000 events: the extract job 28.9 s -> see the README).
+    # came in (Datastream, 100,000 events: the extract job 28.9 s -> 21.0 s).
     partitions = frame.rdd.getNumPartitions()
     # Repeats within the window (a restart's copies read with their originals): one each.
     copy = F.row_number().over(Window.partitionBy("event_id").orderBy("partition_id", "ordering_key"))

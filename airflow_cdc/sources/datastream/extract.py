@@ -41,6 +41,7 @@ from airflow_cdc.model import PartitionOutcome, parse_ts
 from airflow_cdc.sources.base import DeadLetter, WindowRead, changelog_tuple, dead_letter_tuple
 from airflow_cdc.sources.datastream import PROGRESS_PARTITION
 from airflow_cdc.sources.datastream.avro_blocks import read_avro_blocks
+from airflow_cdc.sources.datastream.discovery import event_file_format
 from airflow_cdc.sources.read_errors import planned_files_missing
 from airflow_cdc.sources.datastream.events import (
     ORACLE_ROW_ID_COLUMN,
@@ -245,7 +246,8 @@ def read_file_batches(stream: str, window_id: str, tables: TableSettings, format
         paths, contents = batch.column("path"), batch.column("content")
         for index in range(batch.num_rows):
             path = normal_path(paths[index].as_py())
-            read = avro_file_results if formats[path] == "avro" else json_file_results
+            kind = formats.get(path) or event_file_format(path)  # as planned, else by suffix
+            read = avro_file_results if kind == "avro" else json_file_results
             results = read(stream, window_id, tables, path, contents[index].as_py())
             per_file[path] = per_file.get(path, 0) + len(results)
             for kind, values, read_ms, row_id_table in results:
@@ -274,7 +276,7 @@ def read_window(spark, plan) -> WindowRead:
     The files' events reach Spark as Arrow batches of the read frame, kept as a local
     checkpoint. A performance strategy. Saves: they were an RDD of pickled Python tuples,
     cached, tallied, deduplicated by a Python shuffle and converted by ``createDataFrame``
-    row by row; see the README's "The cost of a window" for the measured gain.
+    row by row (``bench/extract.py --source datastream``, 100,000 events: 33 s -> 28.6 s).
     """
     import functools
 
