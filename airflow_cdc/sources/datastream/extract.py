@@ -246,8 +246,8 @@ def read_file_batches(stream: str, window_id: str, tables: TableSettings, format
         paths, contents = batch.column("path"), batch.column("content")
         for index in range(batch.num_rows):
             path = normal_path(paths[index].as_py())
-            kind = formats.get(path) or event_file_format(path)  # as planned, else by suffix
-            read = avro_file_results if kind == "avro" else json_file_results
+            file_format = formats.get(path) or event_file_format(path)  # as planned, else by suffix
+            read = avro_file_results if file_format == "avro" else json_file_results
             results = read(stream, window_id, tables, path, contents[index].as_py())
             per_file[path] = per_file.get(path, 0) + len(results)
             for kind, values, read_ms, row_id_table in results:
