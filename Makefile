@@ -154,7 +154,8 @@ live-commit-ts: setup
 ## bench/state_store.py plans and commits windows of 10,000 partitions on SQLite and
 ## PostgreSQL (about a minute).
 bench: setup services
-	@for b in bench/*.py; do [ -f "$$b" ] && $(PY) "$$b"; done; true
+	@failed=""; for b in bench/*.py; do $(PY) "$$b" || failed="$$failed $$b"; done; \
+	if [ -n "$$failed" ]; then echo "bench: failed:$$failed" >&2; exit 1; fi
 
 ## constraints: regenerate constraints.txt from the current venv (keeps the header).
 constraints:
