@@ -7,12 +7,14 @@ The read tasks (``mapInArrow``) return everything a read gives in one schema
 * ``dead``: a dead letter (the changelog's columns and :data:`REASON`);
 * ``tally``: one record of a source transaction: ``transaction_id``, ``commit_ts`` (when the
   source knows it), :data:`EXPECTED` records in the whole transaction, :data:`RECORD` its id;
+* ``key``: a key a reconciliation read found in a source table (:func:`key_batch`):
+  ``partition_id`` names the table's partition, :data:`RECORD` holds the key's canonical text;
 * ``outcome``: a summary, pickled (:data:`OUTCOME`): a partition read's outcome and counts
   (:func:`partition_batches`), or what a source's own read task counted (:func:`summary_batch`).
 
 Who uses it: the extract job's partition reads (``spark_jobs/extract.py``, a round's positions
 read by :func:`spark_jobs.extract.read_positions`), and sources that read a whole window their
-own way (Datastream's files). It lives with the sources so that they can; pyspark is imported
+own way (Datastream's files, the commit-timestamp source's partitioned queries). It lives with the sources so that they can; pyspark is imported
 inside the functions that use it, as everywhere in this package.
 
 The driver keeps the frame on the executors (:func:`kept`) and takes from it what each step
@@ -41,7 +43,7 @@ REASON = "_reason"
 EXPECTED = "_expected"
 RECORD = "_record"
 OUTCOME = "_outcome"
-ROW, DEAD, TALLY, SUMMARY = "row", "dead", "tally", "outcome"
+ROW, DEAD, TALLY, KEY, SUMMARY = "row", "dead", "tally", "key", "outcome"
 
 _EXTRA_COLUMNS = ((KIND, "string"), (REASON, "string"), (EXPECTED, "long"), (RECORD, "string"),
                   (OUTCOME, "binary"))
@@ -131,6 +133,12 @@ def row_batches(rows: Sequence[tuple], dead: list, bad_row_dead_letter) -> Itera
         yield batch
 
 
+def key_batch(partition_id: str, key_texts: Sequence[str]):
+    """Keys a reconciliation read of one partition found (their canonical texts)."""
+    return _batch(KEY, len(key_texts), {"partition_id": [partition_id] * len(key_texts),
+                                        RECORD: list(key_texts)})
+
+
 def summary_batch(summary, partition_id: str | None = None):
     """One row holding ``summary`` pickled: what the driver collects of a read (:func:`summaries`)."""
     return _batch(SUMMARY, 1, {"partition_id": [partition_id], OUTCOME: [pickle.dumps(summary)]})
@@ -206,6 +214,18 @@ def dead_letters_of(frame):
     from pyspark.sql import functions as F
 
     return frame.where(F.col(KIND) == DEAD).select(*CHANGELOG_NAMES, F.col(REASON).alias("reason"))
+
+
+def keys_of(frame):
+    """The keys of ``frame`` (:func:`key_batch`): partition_id, key (its canonical text)."""
+    from pyspark.sql import functions as F
+
+    return frame.where(F.col(KIND) == KEY).select("partition_id", F.col(RECORD).alias("key"))
+
+
+def changelog_ddl() -> str:
+    """The changelog's columns as a Spark schema (DDL), for rows a driver adds to a read frame's."""
+    return ", ".join(f"`{name}` {kind}" for name, kind in CHANGELOG_COLUMNS)
 
 
 def tallies_of(frame):

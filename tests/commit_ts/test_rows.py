@@ -9,7 +9,9 @@ from decimal import Decimal
 from google.cloud.spanner_v1.data_types import JsonObject
 
 from airflow_cdc.model import PartitionPosition, Window
-from airflow_cdc.sources.spanner_commit_ts.extract import KEYS, ROWS, plan_steps
+from airflow_cdc.sources.base import changelog_tuple
+from airflow_cdc.sources.read_frame import KIND, bad_row_dead_letter
+from airflow_cdc.sources.spanner_commit_ts.extract import KEYS, ROWS, plan_steps, table_batches
 from airflow_cdc.sources.spanner_commit_ts.rows import reconcile_delete, row_change
 from airflow_cdc.sources.spanner_commit_ts.schema import CHANGELOG, PLAIN, TablePlan
 
@@ -86,3 +88,14 @@ def test_reseed_reads_whole_tables_at_its_instant_and_moves_the_watermark_past_t
                        [PartitionPosition("Orders", at, json.dumps({"windows_since_reconcile": 0}))],
                        {"Orders": ORDERS}, reconcile_every=0, initial_load=True)[0]
     assert after.reads == [] and after.watermark == at
+
+
+def test_a_row_arrow_cannot_hold_is_counted_as_a_dead_letter_of_its_table_and_the_others_go_on():
+    rows = [changelog_tuple(change(HISTORY, (n, T0 + timedelta(minutes=1), text)))
+            for n, text in ((1, "+a"), (2, "+\udc80"), (3, "+c"))]
+    dead, counted = [], {}
+    batches = list(table_batches("History", rows, dead, lambda row, error: bad_row_dead_letter(
+        "shop", W.window_id, row, error), counted))
+    assert [b.column(KIND).to_pylist() for b in batches] == [["row", "row"]]
+    assert counted == {("row", "History"): 2, ("dead", "History"): 1}
+    assert len(dead) == 1 and "cannot be handed to Spark" in dead[0][-1]

@@ -13,7 +13,9 @@ from airflow_cdc.sources.read_frame import (
     KIND,
     OUTCOME,
     REASON,
+    RECORD,
     bad_row_dead_letter,
+    key_batch,
     partition_batches,
 )
 
@@ -53,3 +55,11 @@ def test_a_row_arrow_cannot_hold_becomes_a_dead_letter_naming_its_event_and_the_
     [reason] = by_kind["dead"].column(REASON).to_pylist()
     assert "cannot be handed to Spark" in reason and "t1/\\udc80/0" in reason
     assert pickle.loads(by_kind["outcome"].column(OUTCOME)[0].as_py())[2:] == (2, 0, 1)
+
+
+def test_the_keys_a_reconciliation_read_found_leave_with_their_table_and_key_text():
+    batch = key_batch("Orders", ['{"OrderId":"1"}', '{"OrderId":"2"}'])
+    assert batch.column(KIND).to_pylist() == ["key", "key"]
+    assert batch.column("partition_id").to_pylist() == ["Orders", "Orders"]
+    assert batch.column(RECORD).to_pylist() == ['{"OrderId":"1"}', '{"OrderId":"2"}']
+    assert batch.column("event_id").null_count == 2
