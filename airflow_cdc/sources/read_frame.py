@@ -14,8 +14,9 @@ The read tasks (``mapInArrow``) return everything a read gives in one schema
 
 Who uses it: the extract job's partition reads (``spark_jobs/extract.py``, a round's positions
 read by :func:`spark_jobs.extract.read_positions`), and sources that read a whole window their
-own way (Datastream's files, the commit-timestamp source's partitioned queries). It lives with the sources so that they can; pyspark is imported
-inside the functions that use it, as everywhere in this package.
+own way (Datastream's files, the commit-timestamp source's partitioned queries). It lives
+with the sources so that they can; pyspark is imported inside the functions that use it, as
+everywhere in this package.
 
 The driver keeps the frame on the executors (:func:`kept`) and takes from it what each step
 needs: the outcomes (the only thing it collects of a large window), the tallies for the
