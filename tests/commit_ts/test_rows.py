@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
@@ -93,7 +94,7 @@ def test_reseed_reads_whole_tables_at_its_instant_and_moves_the_watermark_past_t
 def test_a_row_arrow_cannot_hold_is_counted_as_a_dead_letter_of_its_table_and_the_others_go_on():
     rows = [changelog_tuple(change(HISTORY, (n, T0 + timedelta(minutes=1), text)))
             for n, text in ((1, "+a"), (2, "+\udc80"), (3, "+c"))]
-    dead, counted = [], {}
+    dead, counted = [], Counter()
     batches = list(table_batches("History", rows, dead, lambda row, error: bad_row_dead_letter(
         "shop", W.window_id, row, error), counted))
     assert [b.column(KIND).to_pylist() for b in batches] == [["row", "row"]]

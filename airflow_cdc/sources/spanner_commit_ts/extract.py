@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import pickle
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -194,10 +195,9 @@ def read_window(source, spark, plan) -> WindowRead:
     task_frame = spark.createDataFrame(
         sc.parallelize([(pickle.dumps(task),) for task in tasks], numSlices=slices), "task binary")
     frame = read_frame.kept(task_frame.mapInArrow(context.run, read_frame.read_schema()))
-    tally: dict = {}
+    tally: Counter = Counter()
     for counted in read_frame.summaries(frame):
-        for kind_table, number in counted.items():
-            tally[kind_table] = tally.get(kind_table, 0) + number
+        tally.update(counted)
     for snapshot in snapshots:
         snapshot.close()
     changes = read_frame.rows_of(frame)
@@ -308,7 +308,7 @@ class _TaskContext:
 
         database = SpannerConnection(**self.connection).open_database()
         plans = {name: TablePlan.from_json(t) for name, t in self.tables.items()}
-        counted: dict[tuple[str, str], int] = {}
+        counted: Counter = Counter()  # (kind, table) -> results
         dead: list[tuple] = []
         for batch in batches:
             for blob in batch.column("task").to_pylist():
@@ -333,14 +333,14 @@ class _TaskContext:
                         if kind == "row":
                             rows.append(result)
                         else:
-                            _count(counted, kind, read.table)
+                            counted[(kind, read.table)] += 1
                             if kind == "dead":
                                 dead.append(result)
                     if len(rows) >= read_frame.ROWS_PER_BATCH:
                         yield from table_batches(read.table, rows, dead, bad_row, counted)
                         rows = []
                 if keys:
-                    _count(counted, "key", read.table, len(keys))
+                    counted[("key", read.table)] += len(keys)
                     yield read_frame.key_batch(read.table, keys)
                 yield from table_batches(read.table, rows, dead, bad_row, counted)
         if dead:
@@ -348,20 +348,16 @@ class _TaskContext:
         yield read_frame.summary_batch(counted)
 
 
-def table_batches(table: str, rows: list[tuple], dead: list[tuple], bad_row, counted: dict):
+def table_batches(table: str, rows: list[tuple], dead: list[tuple], bad_row, counted: Counter):
     """The change rows of ``table`` as the read frame's Arrow batches, counted in ``counted``
     as ("row", table); a row Arrow cannot hold joins ``dead`` as ``bad_row(row, error)`` and is
     counted as ("dead", table)."""
     before = len(dead)
     for batch in read_frame.row_batches(rows, dead, bad_row):
-        _count(counted, "row", table, batch.num_rows)
+        counted[("row", table)] += batch.num_rows
         yield batch
     if len(dead) > before:
-        _count(counted, "dead", table, len(dead) - before)
-
-
-def _count(counted: dict, kind: str, table: str, number: int = 1) -> None:
-    counted[(kind, table)] = counted.get((kind, table), 0) + number
+        counted[("dead", table)] += len(dead) - before
 
 
 def row_results(plan: TablePlan, values, *, table: str, stream: str, window_id: str,
