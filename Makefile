@@ -77,7 +77,8 @@ races: setup services
 
 ## check-install: the install paths users take, each in a fresh venv without the dev pins
 ## (Airflow side only at the newest and at the lowest allowed versions, cluster, local Spark,
-## the Dockerfile's steps); about 8 minutes. CI runs it after the tests.
+## the Dockerfile's steps, the Astro template), two at a time; about 7 minutes. CI runs it after
+## the tests.
 check-install: setup
 	$(PY) tests/install/check_install.py $(VARIANTS)
 

