@@ -11,12 +11,14 @@ export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 .PHONY: setup test test-live faults races hostile check-install demo ui-screenshot demo-datastream demo-bigtable demo-debezium demo-snapshot demo-commit-ts demo-cluster live-datastream live-bigtable live-debezium live-commit-ts bench services system-packages constraints clean
 
 ## setup: venv with the pinned constraints, the package (editable), Debian jars, Iceberg jars.
+## Packages are not byte-compiled at install: Python compiles the modules a run imports, once
+## (the install 2m39s -> 1m17s on this machine).
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt | system-packages
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
-	$(PY) -m pip install --quiet -c constraints.txt -e ".[dev]"
+	$(PY) -m pip install --quiet --no-compile -c constraints.txt -e ".[dev]"
 	$(PY) -m airflow_cdc.spark.iceberg
 	touch $@
 
