@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -324,8 +325,6 @@ def run_variant(name: str, work: Path, wheel: Path) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    from concurrent.futures import ThreadPoolExecutor
-
     jobs = int(os.environ.get("CHECK_INSTALL_JOBS", "2"))
     chosen = argv or list(VARIANTS)
     unknown = sorted(set(chosen) - set(VARIANTS))
