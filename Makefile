@@ -8,7 +8,7 @@ SYSTEM_JARS := /usr/share/java/jarjar.jar /usr/share/java/postgresql.jar /usr/sh
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
-.PHONY: setup test test-live faults races hostile check-install demo ui-screenshot demo-datastream demo-bigtable demo-debezium demo-snapshot demo-commit-ts demo-cluster live-datastream live-bigtable live-debezium live-commit-ts bench services system-packages constraints clean
+.PHONY: setup test test-long test-live faults races hostile check-install demo ui-screenshot demo-datastream demo-bigtable demo-debezium demo-snapshot demo-commit-ts demo-cluster live-datastream live-bigtable live-debezium live-commit-ts bench services system-packages constraints clean
 
 ## setup: venv with the pinned constraints, the package (editable), Debian jars, Iceberg jars.
 ## Packages are not byte-compiled at install: Python compiles the modules a run imports, once
@@ -46,13 +46,20 @@ services:
 	@bash .ci/ensure-mariadb
 
 ## test: the suite (set-up first when needed), under 20 minutes on 2 cores: everything but
-## the tests marked live (schedules on a real clock; real Airflow services stay represented
-## by the deferrable gate under scheduler and triggerer); the tests that start Debezium's JVM
-## in-process run in a second pytest process (5: none selected, as with a PYTEST_ARGS path
-## outside them).
+## the tests marked live (schedules on a real clock) and long (end-to-end runs of their own;
+## one of each kind stays: the Spanner DAG, the UI under a real api-server, cluster jobs);
+## the tests that start Debezium's JVM in-process run in a second pytest process (5: none
+## selected, as with a PYTEST_ARGS path outside them).
 test: setup services
-	$(PY) -m pytest -m "not live and not jvm_in_process and not faults_matrix and not races_long" $(PYTEST_ARGS)
-	$(PY) -m pytest -m "jvm_in_process and not live and not faults_matrix and not races_long" $(PYTEST_ARGS) || [ $$? = 5 ]
+	$(PY) -m pytest -m "not live and not long and not jvm_in_process and not faults_matrix and not races_long" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "jvm_in_process and not live and not long and not faults_matrix and not races_long" $(PYTEST_ARGS) || [ $$? = 5 ]
+
+## test-long: the tests marked long (about 14 minutes): every other example DAG window by
+## window (Debezium, commit timestamps, Bigtable's stall, the seam's own source, the window
+## strategies), the reliability matrix's cell, the gate under scheduler and triggerer, the
+## parallel snapshot killed mid-way, the warm driver's lifecycle; CI runs it after make test.
+test-long: setup services
+	$(PY) -m pytest -m "long and not live and not jvm_in_process and not faults_matrix and not races_long" $(PYTEST_ARGS) || [ $$? = 5 ]
 
 ## test-live: the tests marked live (each a schedule on a real clock, minutes); CI runs them.
 test-live: setup services

@@ -3,8 +3,8 @@
 Most DAG tests run their windows' Spark jobs in a warm driver (``CDC_WARM_DRIVER_IDLE_SECONDS``,
 :mod:`airflow_cdc.spark.warm`), as a user on a worker with small windows would: one Spark
 application per test module instead of a spark-submit per job. The window-strategies test and
-the reliability matrix's cell (``tests/faults``) keep a spark-submit per job, so both ways stay
-covered through real DAGs.
+the reliability matrix's cell (``tests/faults``, both in ``make test-long``) keep a spark-submit
+per job, so both ways stay covered through real DAGs.
 """
 
 from __future__ import annotations

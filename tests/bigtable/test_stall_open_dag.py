@@ -26,6 +26,8 @@ from airflow.timetables.interval import DeltaDataIntervalTimetable
 from airflow_cdc.operators.bigtable import BigtableChangeStreamPipeline
 from airflow_cdc.spark.iceberg import IcebergCatalog
 
+pytestmark = pytest.mark.long  # make test-long (CI runs it); make test keeps the Spanner DAG's run
+
 with DAG("bigtable_stall_open", schedule=DeltaDataIntervalTimetable(timedelta(minutes=30)),
          start_date=datetime(2025, 1, 6, 8, tzinfo=timezone.utc), catchup=False) as dag:
     BigtableChangeStreamPipeline(

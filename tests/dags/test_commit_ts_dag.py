@@ -18,6 +18,8 @@ import pytest
 from airflow_cdc.model import WindowState
 from tests.warm import stop_warm_drivers, warm_driver_env
 
+pytestmark = pytest.mark.long  # make test-long (CI runs it); make test keeps the Spanner DAG's run
+
 WINDOW = timedelta(minutes=20)
 DAG_ID = "spanner_commit_ts_to_iceberg"
 RESEED_DAG_ID = "spanner_commit_ts_reseed"

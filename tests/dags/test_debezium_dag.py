@@ -18,6 +18,8 @@ import pytest
 
 from tests.warm import stop_warm_drivers, warm_driver_env
 
+pytestmark = pytest.mark.long  # make test-long (CI runs it); make test keeps the Spanner DAG's run
+
 DAG_ID = "debezium_to_iceberg"
 DB = "cdc_dbz_dag"
 SLOT = "cdc_dbz_dag_slot"

@@ -18,6 +18,8 @@ import pytest
 
 from airflow_cdc.model import WINDOW_SNAPSHOT_PROPERTY, WindowState
 
+pytestmark = pytest.mark.long  # make test-long (CI runs it); make test keeps the Spanner DAG's run
+
 DAG_ID = "spanner_change_stream_to_iceberg"
 START = datetime(2025, 1, 6, 8, 0, tzinfo=timezone.utc)
 WINDOW = timedelta(minutes=10)

@@ -297,6 +297,7 @@ def pyspark_batch(script: Path, *args: str) -> dict:
     }
 
 
+@pytest.mark.long  # make test-long (CI runs it)
 def test_batch_created_with_create_batch_result_ends_succeeded(batch_client, scripts, tmp_path):
     result = tmp_path / "count.txt"
     operation = batch_client.create_batch(
@@ -399,6 +400,7 @@ def standalone_master(tmp_path):
         yield cluster.master_url, cluster.state
 
 
+@pytest.mark.long  # make test-long (CI runs it)
 def test_job_runs_on_the_standalone_master_the_emulator_is_given(
     standalone_master, scripts, tmp_path
 ):

@@ -1,5 +1,5 @@
-"""The reliability matrix in the suite: a representative cell, and the whole matrix behind
-its marker (``make faults`` prints it; ``pytest -m faults_matrix`` asserts it)."""
+"""The reliability matrix in the suite: a representative cell (``make test-long``), and the
+whole matrix behind its marker (``make faults`` prints it; ``pytest -m faults_matrix`` asserts it)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ def assert_clean(results) -> None:
         assert result.check.failed == [], result.line()
 
 
+@pytest.mark.long  # make test-long (CI runs it)
 def test_a_spark_submit_killed_after_the_changelog_commit_loses_and_doubles_nothing(airflow_db, tmp_path):
     # The exactly-once hazard of extract: the changelog commit is made, the outcome file is
     # not; the re-run must find the window's commit, restore its outcome and write nothing.

@@ -53,6 +53,7 @@ def test_a_gs_work_root_reads_writes_and_removes_objects_on_the_emulator(gcs):
     assert (text, there, path.exists()) == ('{"a": 1}', True, False)
 
 
+@pytest.mark.long  # make test-long (CI runs it)
 def test_a_pipeline_whose_sides_share_only_the_gs_work_root_applies_its_window(
         gcs, tmp_path, monkeypatch):
     """Plan and commit here; extract and apply as spark-submit jobs started in another folder;

@@ -40,6 +40,8 @@ from airflow_cdc.state import StateStore
 from spark_jobs import apply_job
 from spark_jobs.extract import extract_window
 
+pytestmark = pytest.mark.long  # make test-long (CI runs it); make test keeps the chunk and signal tests
+
 DB = "cdc_parallel_snap"
 SLOT = "cdc_parallel_snap_slot"
 PREFIX = "psnap"

@@ -1,4 +1,9 @@
-"""The changelog writer, submitted with the real LocalSparkRunner (spark-submit), read back with Spark."""
+"""The changelog writer, submitted with spark-submit and read back with Spark.
+
+The window history's submits and the refused window run in one warm driver
+(:class:`WarmSparkRunner`, one Spark application for the module); the empty window runs
+cold with :class:`LocalSparkRunner`, a spark-submit of its own, so both runners write here.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import pytest
 from airflow_cdc.spark.iceberg import IcebergCatalog
 from airflow_cdc.spark.job import ChangelogWriteResult, SparkJobError, changelog_writer_spec
 from airflow_cdc.spark.runners import LocalSparkRunner
+from airflow_cdc.spark.warm import WarmSparkRunner, stop_warm_drivers
 from .support import (
     TEST_SPARK_CONF,
     TableReader,
@@ -35,14 +41,25 @@ class Observed:
     records: list[dict]
 
 
-def submit(catalog: IcebergCatalog, folder, step: str, window_id: str, rows) -> ChangelogWriteResult:
+def submit(runner, catalog: IcebergCatalog, folder, step: str, window_id: str, rows,
+           table: str = TABLE) -> ChangelogWriteResult:
     rows_file = write_change_rows(folder / f"{step}.jsonl", rows)
     result_file = folder / f"{step}.result.json"
     spec = changelog_writer_spec(
-        catalog, TABLE, window_id, rows_file, result_file, conf=TEST_SPARK_CONF
+        catalog, table, window_id, rows_file, result_file, conf=TEST_SPARK_CONF
     )
-    LocalSparkRunner(master="local[2]").run(spec)
+    runner.run(spec)
     return ChangelogWriteResult.read(result_file)
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory):
+    """A warm runner with drivers of its own, the module's folder and its warehouse's catalog
+    (one catalog, so one driver serves every warm submit); the drivers stop after the module."""
+    folder = tmp_path_factory.mktemp("changelog_warm")
+    yield (WarmSparkRunner(master="local[2]", idle_seconds=300, state_dir=folder / "state"),
+           IcebergCatalog(warehouse=str(folder / "warehouse")), folder)
+    stop_warm_drivers(folder / "state")
 
 
 @dataclass(frozen=True)
@@ -52,13 +69,12 @@ class History:
 
 
 @pytest.fixture(scope="module")
-def history(tmp_path_factory, spark) -> History:
+def history(spark, warm) -> History:
     """Window 1 written, window 1 submitted again, then window 2: observed after each submit.
 
     Shared by the tests below, which only read it (three submits instead of six).
     """
-    folder = tmp_path_factory.mktemp("changelog_history")
-    catalog = IcebergCatalog(warehouse=str(folder / "warehouse"))
+    runner, catalog, folder = warm
     tables = open_warehouse(spark, folder / "warehouse")
     observed = {}
     for step, w, rows in (
@@ -66,7 +82,7 @@ def history(tmp_path_factory, spark) -> History:
         ("again", WINDOW_1, ROWS_1),
         ("second", WINDOW_2, ROWS_2),
     ):
-        result = submit(catalog, folder, step, w.window_id, rows)
+        result = submit(runner, catalog, folder, step, w.window_id, rows)
         observed[step] = Observed(result, tables.snapshots(TABLE), tables.records(TABLE))
     return History(observed, tables)
 
@@ -111,7 +127,7 @@ def test_changelog_is_partitioned_by_day_of_commit_timestamp(history):
 def test_empty_window_commits_one_tagged_snapshot_without_rows(tmp_path, spark):
     # The gate and re-runs must tell "extracted, zero changes" from "never extracted".
     catalog = IcebergCatalog(warehouse=str(tmp_path / "warehouse"))
-    result = submit(catalog, tmp_path, "empty", WINDOW_1.window_id, [])
+    result = submit(LocalSparkRunner(master="local[2]"), catalog, tmp_path, "empty", WINDOW_1.window_id, [])
     tables = open_warehouse(spark, tmp_path / "warehouse")
     assert [(s["window_id"], s["added_records"]) for s in tables.snapshots(TABLE)] == [
         (WINDOW_1.window_id, 0)
@@ -120,12 +136,12 @@ def test_empty_window_commits_one_tagged_snapshot_without_rows(tmp_path, spark):
     assert (result.rows_written, result.skipped) == (0, False)
 
 
-def test_rows_of_another_window_are_refused_before_anything_is_written(tmp_path, spark):
-    catalog = IcebergCatalog(warehouse=str(tmp_path / "warehouse"))
+def test_rows_of_another_window_are_refused_before_anything_is_written(tmp_path, spark, warm):
+    runner, catalog, folder = warm
     mixed = ROWS_1[:2] + ROWS_2[:1]
     with pytest.raises(SparkJobError) as refused:
-        submit(catalog, tmp_path, "mixed", WINDOW_1.window_id, mixed)
+        submit(runner, catalog, tmp_path, "mixed", WINDOW_1.window_id, mixed, table="cdc.refused_changelog")
     assert "WindowMismatchError" in refused.value.reason
     assert f"'{WINDOW_2.window_id}' (1 rows)" in refused.value.reason
-    assert not open_warehouse(spark, tmp_path / "warehouse").exists(TABLE)
+    assert not open_warehouse(spark, folder / "warehouse").exists("cdc.refused_changelog")
     assert not (tmp_path / "mixed.result.json").exists()

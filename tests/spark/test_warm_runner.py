@@ -123,6 +123,7 @@ def test_request_that_is_not_a_job_is_refused_and_the_driver_serves_the_next(war
     assert runner.last_driver["application_id"] == serving["application_id"]
 
 
+@pytest.mark.long  # make test-long (CI runs it)
 def test_driver_killed_between_jobs_is_replaced_by_a_new_one(warm):
     runner, catalog, folder = warm
     write_window(runner, catalog, folder, 5)
@@ -153,6 +154,7 @@ def test_secret_conf_reaches_the_job_but_not_the_driver_command_line(warm, tmp_p
     assert not any("canary-warm-7741" in command for command in commands.values())
 
 
+@pytest.mark.long  # make test-long (CI runs it)
 def test_busy_driver_makes_the_job_run_cold_after_the_wait(warm, caplog, tmp_path):
     runner, catalog, folder = warm
     spec = changelog_writer_spec(catalog, TABLE, window(8).window_id,
@@ -170,6 +172,7 @@ def test_busy_driver_makes_the_job_run_cold_after_the_wait(warm, caplog, tmp_pat
     assert any("busy" in r.getMessage() and "cold" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.long  # make test-long (CI runs it)
 def test_idle_driver_stops_and_removes_its_socket(tmp_path):
     runner = WarmSparkRunner(master="local[1]", idle_seconds=3, state_dir=tmp_path / "state")
     catalog = IcebergCatalog(warehouse=str(tmp_path / "warehouse"))
