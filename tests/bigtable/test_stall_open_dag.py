@@ -12,6 +12,8 @@ import pytest
 from airflow_cdc.emulators.bigtable import BigtableEmulator, generate_history
 from tests.warm import stop_warm_drivers, warm_driver_env
 
+pytestmark = pytest.mark.long  # make test-long (CI runs it); make test keeps the Spanner DAG's run
+
 START = datetime(2025, 1, 6, 8, 0, tzinfo=timezone.utc)
 WINDOW = timedelta(minutes=30)
 STREAM = "events"
@@ -25,8 +27,6 @@ from airflow.timetables.interval import DeltaDataIntervalTimetable
 
 from airflow_cdc.operators.bigtable import BigtableChangeStreamPipeline
 from airflow_cdc.spark.iceberg import IcebergCatalog
-
-pytestmark = pytest.mark.long  # make test-long (CI runs it); make test keeps the Spanner DAG's run
 
 with DAG("bigtable_stall_open", schedule=DeltaDataIntervalTimetable(timedelta(minutes=30)),
          start_date=datetime(2025, 1, 6, 8, tzinfo=timezone.utc), catchup=False) as dag:

@@ -18,6 +18,8 @@ import pytest
 
 from airflow_cdc.model import PartitionState, WindowState, format_ts
 
+pytestmark = pytest.mark.long  # make test-long (CI runs it); make test keeps the Spanner DAG's run
+
 PLUGINS = Path(__file__).resolve().parent / "plugins"
 T0 = datetime(2025, 1, 1, tzinfo=timezone.utc)
 WINDOW = timedelta(minutes=10)
@@ -33,8 +35,6 @@ from airflow.timetables.interval import DeltaDataIntervalTimetable
 
 from airflow_cdc.operators.pipeline import CdcPipeline
 from airflow_cdc.spark.iceberg import IcebergCatalog
-
-pytestmark = pytest.mark.long  # make test-long (CI runs it); make test keeps the Spanner DAG's run
 
 with DAG("split_once_cdc", schedule=DeltaDataIntervalTimetable(timedelta(minutes=10)),
          start_date=datetime(2025, 1, 1, tzinfo=timezone.utc), catchup=False) as dag:
