@@ -47,7 +47,8 @@ services:
 
 ## test: the suite (set-up first when needed), under 20 minutes on 2 cores: everything but
 ## the tests marked live (schedules on a real clock) and long (end-to-end runs of their own;
-## one of each kind stays: the Spanner DAG, the UI under a real api-server, cluster jobs);
+## one of each kind stays: the Spanner DAG, the gate under scheduler and triggerer, the UI
+## under a real api-server, cluster jobs);
 ## the tests that start Debezium's JVM in-process run in a second pytest process (5: none
 ## selected, as with a PYTEST_ARGS path outside them).
 test: setup services
@@ -56,8 +57,8 @@ test: setup services
 
 ## test-long: the tests marked long (about 14 minutes): every other example DAG window by
 ## window (Debezium, commit timestamps, Bigtable's stall, the seam's own source, the window
-## strategies), the reliability matrix's cell, the gate under scheduler and triggerer, the
-## parallel snapshot killed mid-way, the warm driver's lifecycle; CI runs it after make test.
+## strategies), the reliability matrix's cell, the parallel snapshot killed mid-way, the warm
+## driver's lifecycle; CI runs it after make test.
 test-long: setup services
 	$(PY) -m pytest -m "long and not live and not jvm_in_process and not faults_matrix and not races_long" $(PYTEST_ARGS) || [ $$? = 5 ]
 

@@ -21,8 +21,6 @@ from airflow_cdc.state import StateStore
 
 from cdc_airflow_support import T0, W1, applied
 
-pytestmark = pytest.mark.long  # make test-long (CI runs it); make test keeps the UI test's api-server
-
 ROOT = Path(__file__).resolve().parents[2]
 STEP_TIMEOUT = 240  # seconds for any one step on a loaded 2-core machine
 
