@@ -1,7 +1,7 @@
 """The changelog writer, submitted with spark-submit and read back with Spark.
 
 The window history's submits and the refused window run in one warm driver
-(:class:`WarmSparkRunner`, one Spark application for the module); the empty window runs
+(the ``warm`` fixture of ``conftest.py``, one Spark application for the module); the empty window runs
 cold with :class:`LocalSparkRunner`, a spark-submit of its own, so both runners write here.
 """
 
@@ -14,7 +14,6 @@ import pytest
 from airflow_cdc.spark.iceberg import IcebergCatalog
 from airflow_cdc.spark.job import ChangelogWriteResult, SparkJobError, changelog_writer_spec
 from airflow_cdc.spark.runners import LocalSparkRunner
-from airflow_cdc.spark.warm import WarmSparkRunner, stop_warm_drivers
 from .support import (
     TEST_SPARK_CONF,
     TableReader,
@@ -50,16 +49,6 @@ def submit(runner, catalog: IcebergCatalog, folder, step: str, window_id: str, r
     )
     runner.run(spec)
     return ChangelogWriteResult.read(result_file)
-
-
-@pytest.fixture(scope="module")
-def warm(tmp_path_factory):
-    """A warm runner with drivers of its own, the module's folder and its warehouse's catalog
-    (one catalog, so one driver serves every warm submit); the drivers stop after the module."""
-    folder = tmp_path_factory.mktemp("changelog_warm")
-    yield (WarmSparkRunner(master="local[2]", idle_seconds=300, state_dir=folder / "state"),
-           IcebergCatalog(warehouse=str(folder / "warehouse")), folder)
-    stop_warm_drivers(folder / "state")
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,6 @@ from airflow_cdc.spark.warm import (
     WarmSparkRunner,
     _flock,
     driver_key,
-    stop_warm_drivers,
     warm_module,
 )
 from .support import TEST_SPARK_CONF, change_rows, window, write_change_rows
@@ -46,15 +45,6 @@ def window_spec(catalog, folder, hour: int, conf=TEST_SPARK_CONF) -> SparkJobSpe
 def write_window(runner, catalog, folder, hour: int, *, conf=TEST_SPARK_CONF) -> ChangelogWriteResult:
     runner.run(window_spec(catalog, folder, hour, conf))
     return ChangelogWriteResult.read(folder / f"{hour}.result.json")
-
-
-@pytest.fixture(scope="module")
-def warm(tmp_path_factory):
-    """A runner with drivers of its own (state folder), and a warehouse; drivers stopped after."""
-    folder = tmp_path_factory.mktemp("warm")
-    runner = WarmSparkRunner(master="local[2]", idle_seconds=300, state_dir=folder / "state")
-    yield runner, IcebergCatalog(warehouse=str(folder / "warehouse")), folder
-    stop_warm_drivers(folder / "state")
 
 
 def test_second_job_runs_in_the_application_the_first_one_started(warm):
