@@ -89,6 +89,71 @@ def windows() -> tuple[Window, Window]:
     return Window(STREAM, T0, T0 + timedelta(hours=1)), Window(STREAM, T0 + timedelta(hours=1), T0 + timedelta(hours=2))
 
 
+def change_columns(key, n, op, partial, micros, window_id) -> list:
+    """The changelog columns of generated changes, as Spark columns. ``key`` and ``n`` (a serial
+    number that values derive from) are bigint columns, ``op`` the op's text, ``partial``
+    whether an update carries a partial image (amount and score only), ``micros`` the commit
+    time in epoch microseconds, ``window_id`` the window's text."""
+    from pyspark.sql import functions as F
+
+    amount = F.regexp_replace(F.format_number((n % 100000) / 100, 2), ",", "")
+    score = ((n % 1000) / 8).cast("string")
+    # Value texts as airflow_cdc.model.value_text writes them, keys in name order.
+    full = F.create_map(
+        F.lit("active"), F.when(n % 2 == 0, F.lit("true")).otherwise(F.lit("false")),
+        F.lit("amount"), amount,
+        F.lit("name"), F.concat(F.lit("name-"), n.cast("string")),
+        F.lit("score"), score,
+        F.lit("tags"), F.to_json(F.array(F.lit("a"), F.concat(F.lit("t"), (n % 7).cast("string")))),
+        F.lit("updated"), F.date_format(F.timestamp_micros(micros), "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"),
+    )
+    some = F.create_map(F.lit("amount"), amount, F.lit("score"), score)
+    return [
+        F.lit(STREAM).alias("stream"),
+        window_id.alias("window_id"),
+        F.lit("Accounts").alias("source_table"),
+        op.alias("op"),
+        F.when(partial, "PARTIAL").otherwise("FULL").alias("image"),
+        F.create_map(F.lit("id"), key.cast("string")).alias("keys"),
+        F.when(op == "DELETE", F.lit(None)).when(partial, some).otherwise(full).alias("new_values"),
+        F.lit(None).cast("map<string,string>").alias("old_values"),
+        F.lit(COLUMN_TYPES).alias("column_types_json"),
+        F.timestamp_micros(micros).alias("commit_ts"),
+        # encode_ordering_key(commit_ts): tag 0x02, then micros + 2^63 as 8 big-endian bytes.
+        F.unhex(F.concat(F.lit("028"), F.substring(F.lpad(F.hex(micros), 16, "0"), 2, 15))).alias("ordering_key"),
+        F.concat(F.lit("tx-"), n.cast("string")).alias("transaction_id"),
+        F.concat(F.lit("ev-"), n.cast("string")).alias("event_id"),
+        F.lit("p0").alias("partition_id"),
+        F.lit("{}").alias("source_metadata_json"),
+    ]
+
+
+def create_changelog(spark, table: str) -> None:
+    """An empty changelog table, partitioned as the extract job's."""
+    columns = ", ".join(f"{name} {kind}" for name, kind in CHANGELOG_COLUMNS)
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {table.rsplit('.', 1)[0]}")
+    # Like the extract job: one commit per window, written by parallel tasks (one file each).
+    spark.sql(
+        f"CREATE TABLE {table} ({columns}) USING iceberg PARTITIONED BY ({CHANGELOG_PARTITIONING}) "
+        f"TBLPROPERTIES ('write.distribution-mode' = 'none')"
+    )
+
+
+def append_windows(spark, table: str, rows, window_ids) -> None:
+    """Each window's ``rows`` appended as the extract job commits a window: its rows persisted,
+    their declarations counted in one pass, then one tagged commit that records them."""
+    from pyspark.sql import functions as F
+
+    from spark_jobs.changelog import append_window, window_declarations
+
+    for window_id in window_ids:
+        frame = rows.where(F.col("window_id") == window_id).select(
+            *[name for name, _ in CHANGELOG_COLUMNS]
+        ).repartition(EXTRACT_TASKS).persist()
+        append_window(spark, table, window_id, frame, declarations=window_declarations(frame))
+        frame.unpersist()
+
+
 def build_changelog(spark, table: str, changes: int, keys: int) -> None:
     """Write the generated changelog (``changes`` rows) to ``table`` (not timed)."""
     from pyspark.sql import functions as F
@@ -114,53 +179,10 @@ def build_changelog(spark, table: str, changes: int, keys: int) -> None:
     natural_second = F.col("pos") * step >= window_seconds
     moved = F.col("pos").between(1, 3) & (F.abs(F.xxhash64("n", F.lit(2))) % 12 == 0)
     in_second = natural_second != moved
-    amount = F.regexp_replace(F.format_number((F.col("n") % 100000) / 100, 2), ",", "")
-    score = ((F.col("n") % 1000) / 8).cast("string")
-    # Value texts as airflow_cdc.model.value_text writes them, keys in name order.
-    full = F.create_map(
-        F.lit("active"), F.when(F.col("n") % 2 == 0, F.lit("true")).otherwise(F.lit("false")),
-        F.lit("amount"), amount,
-        F.lit("name"), F.concat(F.lit("name-"), F.col("n").cast("string")),
-        F.lit("score"), score,
-        F.lit("tags"), F.to_json(F.array(F.lit("a"), F.concat(F.lit("t"), (F.col("n") % 7).cast("string")))),
-        F.lit("updated"), F.date_format(F.timestamp_micros(micros), "yyyy-MM-dd'T'HH:mm:ss.SSSSSS'Z'"),
-    )
-    some = F.create_map(F.lit("amount"), amount, F.lit("score"), score)
-    rows = frame.select(
-        F.lit(STREAM).alias("stream"),
-        F.when(in_second, F.lit(w2.window_id)).otherwise(F.lit(w1.window_id)).alias("window_id"),
-        F.lit("Accounts").alias("source_table"),
-        op.alias("op"),
-        F.when(partial, "PARTIAL").otherwise("FULL").alias("image"),
-        F.create_map(F.lit("id"), F.col("key").cast("string")).alias("keys"),
-        F.when(op == "DELETE", F.lit(None)).when(partial, some).otherwise(full).alias("new_values"),
-        F.lit(None).cast("map<string,string>").alias("old_values"),
-        F.lit(COLUMN_TYPES).alias("column_types_json"),
-        F.timestamp_micros(micros).alias("commit_ts"),
-        # encode_ordering_key(commit_ts): tag 0x02, then micros + 2^63 as 8 big-endian bytes.
-        F.unhex(F.concat(F.lit("028"), F.substring(F.lpad(F.hex(micros), 16, "0"), 2, 15))).alias("ordering_key"),
-        F.concat(F.lit("tx-"), F.col("n").cast("string")).alias("transaction_id"),
-        F.concat(F.lit("ev-"), F.col("n").cast("string")).alias("event_id"),
-        F.lit("p0").alias("partition_id"),
-        F.lit("{}").alias("source_metadata_json"),
-    )
-    columns = ", ".join(f"{name} {kind}" for name, kind in CHANGELOG_COLUMNS)
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {table.rsplit('.', 1)[0]}")
-    # Like the extract job: one commit per window, written by parallel tasks (one file each).
-    spark.sql(
-        f"CREATE TABLE {table} ({columns}) USING iceberg PARTITIONED BY ({CHANGELOG_PARTITIONING}) "
-        f"TBLPROPERTIES ('write.distribution-mode' = 'none')"
-    )
-    from spark_jobs.changelog import append_window, window_declarations
-
-    for win in (w1, w2):
-        # As the extract job commits a window: its rows persisted, their declarations counted
-        # in one pass, then one tagged commit that records them.
-        frame = rows.where(F.col("window_id") == win.window_id).select(
-            *[name for name, _ in CHANGELOG_COLUMNS]
-        ).repartition(EXTRACT_TASKS).persist()
-        append_window(spark, table, win.window_id, frame, declarations=window_declarations(frame))
-        frame.unpersist()
+    window_id = F.when(in_second, F.lit(w2.window_id)).otherwise(F.lit(w1.window_id))
+    rows = frame.select(*change_columns(F.col("key"), F.col("n"), op, partial, micros, window_id))
+    create_changelog(spark, table)
+    append_windows(spark, table, rows, [w1.window_id, w2.window_id])
     sample = spark.table(table).select("commit_ts", "ordering_key").first()
     # Spark hands timestamps over as naive local time: astimezone reads them as such.
     if bytes(sample.ordering_key) != encode_ordering_key(sample.commit_ts.astimezone(timezone.utc)):
@@ -194,16 +216,14 @@ def run_floor(spark, namespace: str) -> float:
     return time.perf_counter() - started
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
+def bench_session(app_name: str, warehouse: Path):
+    """The benchmarks' SparkSession: local[2], the Iceberg catalog ``lake`` in ``warehouse``."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from airflow_cdc.spark.iceberg import IcebergCatalog, local_session
 
-    own_warehouse = args.warehouse is None
-    warehouse = Path(args.warehouse or tempfile.mkdtemp(prefix="cdc-bench-apply-"))
     spark = local_session(
         IcebergCatalog(name="lake", warehouse=str(warehouse)),
-        app_name="bench-apply",
+        app_name=app_name,
         master="local[2]",
         extra_conf={
             "spark.driver.memory": "6g",
@@ -212,6 +232,14 @@ def main(argv=None) -> int:
         },
     )
     spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    own_warehouse = args.warehouse is None
+    warehouse = Path(args.warehouse or tempfile.mkdtemp(prefix="cdc-bench-apply-"))
+    spark = bench_session("bench-apply", warehouse)
     try:
         # Warm the JVM (JIT, heap) on the same work, so neither timing pays for compilation.
         for round_ in range(args.warmups):

@@ -22,6 +22,7 @@ The same JSON object drives :func:`spark_jobs.apply.apply_window` (as a dict) an
       },
       "changelog_split_size_bytes": 8388608,                # changelog read split size (tuning)
       "fold_rows_per_task": 500000,                          # fold tasks' size (tuning)
+      "guard_filter_max_rows": 500000,                       # guard of the window's keys only (tuning; 0: off)
       "result": "/path/result.json",                         # apply_job.py only
       "fault_point": null                                    # tests: "fail_target_commit", or a list
     }
@@ -42,6 +43,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from airflow_cdc.model import CdcError, InvalidIdentifierError, parse_ts, validate_identifier
+from spark_jobs.apply.guard_keys import DEFAULT_GUARD_FILTER_MAX_ROWS
 
 ON_DEAD_LETTER = ("fail", "continue")
 DEFAULT_TOMBSTONE_HORIZON = timedelta(days=7)
@@ -112,6 +114,7 @@ class ApplyConfig:
     fault_points: frozenset[str] = frozenset()
     changelog_split_size: int = DEFAULT_CHANGELOG_SPLIT_SIZE
     fold_rows_per_task: int = DEFAULT_FOLD_ROWS_PER_TASK
+    guard_filter_max_rows: int = DEFAULT_GUARD_FILTER_MAX_ROWS
 
     @property
     def tombstone_cutoff(self) -> datetime:
@@ -218,6 +221,12 @@ class ApplyConfig:
                 f"apply config: fold_rows_per_task {rows_per_task!r} must be an integer of at "
                 f"least 1000"
             )
+        guard_max = data.get("guard_filter_max_rows", DEFAULT_GUARD_FILTER_MAX_ROWS)
+        if isinstance(guard_max, bool) or not isinstance(guard_max, int) or guard_max < 0:
+            raise ApplyConfigError(
+                f"apply config: guard_filter_max_rows {guard_max!r} must be a non-negative "
+                f"integer (0 reads every key's guard rows)"
+            )
         return cls(
             catalog=catalog,
             stream=stream,
@@ -233,6 +242,7 @@ class ApplyConfig:
             fault_points=fault_points,
             changelog_split_size=split_size,
             fold_rows_per_task=rows_per_task,
+            guard_filter_max_rows=guard_max,
         )
 
 

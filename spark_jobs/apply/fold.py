@@ -77,9 +77,12 @@ def key_text(parts: list[tuple[str, str]]) -> str:
     return f"to_json(array({', '.join(texts)}))"
 
 
-def stored_key_text(plan: TablePlan) -> str:
-    """SQL text: :func:`key_text` of a row of the target (or its tombstones, or history)."""
-    return key_text([(f"CAST({name(k)} AS {plan.key_types[k]})", plan.key_types[k]) for k in plan.key_names])
+def stored_key_text(plan: TablePlan, qualifier: str = "") -> str:
+    """SQL text: :func:`key_text` of a row of the target (or its tombstones, or history);
+    ``qualifier`` (``"g."``) names the row's relation."""
+    return key_text(
+        [(f"CAST({qualifier}{name(k)} AS {plan.key_types[k]})", plan.key_types[k]) for k in plan.key_names]
+    )
 
 
 def key_columns(plan: TablePlan) -> list[str]:
@@ -348,6 +351,7 @@ def ordered_changes(
     tombstones_before: DataFrame | None,
     check_values: bool = False,
     partitions: int | None = None,
+    guard_keys_only: bool = False,
 ) -> DataFrame:
     """Steps 1-3: the parsed changes (``rows`` are the table's changelog rows) with redelivery
     and clash flags, and liveness against the guard. One statement.
@@ -362,6 +366,11 @@ def ordered_changes(
     ``partitions`` fixes the number of that exchange's partitions (``partitioning.py``);
     None leaves it to Spark. The checkpointed fold keeps them, so it is also the number of
     files a target's first commit writes.
+
+    ``guard_keys_only`` (``guard_keys.py``): each guard side keeps only the rows of keys the
+    window's changes have (a left semi join with their keys, broadcast), so a small window
+    does not shuffle and sort every key of a large target. The rows it drops are those the
+    window pass would drop anyway (keys without a change), so the outcome is the same.
     """
     spark = rows.sparkSession
     frames = {"rows": rows}
@@ -392,7 +401,13 @@ def ordered_changes(
                 guard = {"__key": stored_key_text(plan), "ordering_key": "CAST(NULL AS BINARY)"}
                 columns = [f"{guard.get(c, 'NULL')} AS {c}" for c in shuffled]
                 seqs = [f"{'_cdc_seq' if s == seq else 'NULL'} AS {s}" for s in ("__tseq", "__dseq")]
-                sides.append(f"SELECT {', '.join(columns)}, NULL AS __change, {', '.join(seqs)} FROM {views[role]}")
+                source = views[role]
+                if guard_keys_only:
+                    source = (
+                        f"(SELECT /*+ BROADCAST(__wk) */ g.* FROM {source} g "
+                        f"LEFT SEMI JOIN (SELECT __key FROM {changes}) __wk ON {stored_key_text(plan, 'g.')} = __wk.__key)"
+                    )
+                sides.append(f"SELECT {', '.join(columns)}, NULL AS __change, {', '.join(seqs)} FROM {source}")
             query.stage(" UNION ALL ".join(sides))
             _repartition(query, partitions)
             query.select(

@@ -13,8 +13,10 @@ Per table (:func:`fold_tables`, then :func:`fold_planned_table` for each):
    the counts are observed as the checkpoint is computed.
 
 Performance strategies, each in its own place: the tables folded side by side
-(:func:`fold_side_by_side`); the fold's number of tasks (``partitioning.py``); a new target's keys guessed from any one change (the section *New
-target keys* below); the frames released when the job ends (:func:`release`).
+(:func:`fold_side_by_side`); the fold's number of tasks (``partitioning.py``); a small
+window's guard rows read for its own keys only (``guard_keys.py``); a new target's keys
+guessed from any one change (the section *New target keys* below); the frames released when
+the job ends (:func:`release`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from pyspark.sql import functions as F
 from spark_jobs.apply.commit_threads import side_by_side
 from spark_jobs.apply.config import ApplyConfig
 from spark_jobs.apply.fold import dead_letter_rows, fold_table, ordered_changes, parse_changes
-from spark_jobs.apply.partitioning import fold_partitions_for
+from spark_jobs.apply.guard_keys import guard_keys_only
+from spark_jobs.apply.partitioning import fold_partitions_for, guard_rows_for
 from spark_jobs.apply.result import TableResult
 from spark_jobs.apply.schema import Declaration, TablePlan, plan_tables
 from spark_jobs.apply.truncates import Truncation, after_guard, table_guard
@@ -200,11 +203,14 @@ def fold_planned_table(
         tombstones_before = tombstones_before.observe(
             expired, F.count_if(F.col("_cdc_commit_ts") < F.lit(config.tombstone_cutoff)).alias("expired")
         )
-    partitions = fold_partitions_for(
-        spark, plan, work.target_summary, tombstones_before is not None, config.fold_rows_per_task
-    )
+    guard_rows = guard_rows_for(spark, plan, work.target_summary, tombstones_before is not None)
+    keys_only = guard_keys_only(plan.rows, guard_rows, config.guard_filter_max_rows)
+    if keys_only:  # at most one target and one tombstone row per changed key
+        guard_rows = min(guard_rows, 2 * plan.rows)
+    partitions = fold_partitions_for(spark, plan, guard_rows, config.fold_rows_per_task)
     changes = ordered_changes(
-        table_rows, plan, target_before, tombstones_before, check_values=plan.history, partitions=partitions
+        table_rows, plan, target_before, tombstones_before, check_values=plan.history, partitions=partitions,
+        guard_keys_only=keys_only,
     )
     if plan.history:  # the history reads every change again; computed once, here
         changes = changes.localCheckpoint(eager=True)
