@@ -8,11 +8,13 @@ over the target's keys (half with partial images). The timed runs apply those wi
 one, alternating the two ways of reading the fold's guard (``spark_jobs/apply/guard_keys.py``):
 the guard rows of the window's own keys only (the default), and every key's guard rows
 (``guard_filter_max_rows: 0``), so both are measured in the same warm session on the same
-target. Medians of ``--repeats`` runs each.
+target. Medians of ``--repeats`` runs each. ``--write-mode merge-on-read`` runs it all on
+targets that take the window's changes as delete files (``targets.write_mode``).
 
 Prints one line per size and one for the growth (each run's timings go to stderr):
-``bench guard: target_rows=<K> window_changes=<n> seconds=<s> unfiltered_seconds=<u> ratio=<s/u>``
-``bench guard: target_rows=<a>-><b> growth=<seconds b / seconds a> unfiltered_growth=<...>``
+``bench guard: write_mode=<m> target_rows=<K> window_changes=<n> seconds=<s> unfiltered_seconds=<u>
+ratio=<s/u>`` and ``bench guard: write_mode=<m> target_rows=<a>-><b> growth=<seconds b / seconds a>
+unfiltered_growth=<...>``
 Not a test: nothing here asserts on time.
 """
 
@@ -41,6 +43,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--window-changes", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=3, help="timed runs of each way; medians are printed")
     parser.add_argument("--warmups", type=int, default=1, help="untimed runs of each way first, per size")
+    parser.add_argument("--write-mode", default="copy-on-write", choices=("copy-on-write", "merge-on-read"),
+                        help="the targets' targets.write_mode (default copy-on-write)")
     args = parser.parse_args(argv)
     try:
         args.targets = [int(size) for size in args.targets.split(",")]
@@ -83,7 +87,7 @@ def build(spark, table: str, keys: int, window_changes: int, small_windows: int)
     append_windows(spark, table, rows, window_ids)
 
 
-def apply_one(spark, namespace: str, index: int, unfiltered: bool) -> float:
+def apply_one(spark, namespace: str, index: int, unfiltered: bool, write_mode: str = "copy-on-write") -> float:
     from spark_jobs.apply import apply_window
 
     config = {
@@ -91,7 +95,7 @@ def apply_one(spark, namespace: str, index: int, unfiltered: bool) -> float:
         "stream": STREAM,
         "window_id": window(index).window_id,
         "changelog_table": f"{namespace}.changelog",
-        "targets": {"namespace": namespace},
+        "targets": {"namespace": namespace, "write_mode": write_mode},
         "policies": {"on_dead_letter": "fail"},
     }
     if unfiltered:
@@ -105,12 +109,12 @@ def measure(spark, keys: int, args) -> tuple[float, float]:
     namespace = f"g{keys}"
     runs = args.warmups + args.repeats
     build(spark, f"lake.{namespace}.changelog", keys, args.window_changes, 2 * runs)
-    apply_one(spark, namespace, 0, unfiltered=False)  # the target's K rows
+    apply_one(spark, namespace, 0, unfiltered=False, write_mode=args.write_mode)  # the target's K rows
     filtered, unfiltered = [], []
     for run in range(runs):
         # Alternate the two ways, so a drift of the machine touches both alike.
-        on = apply_one(spark, namespace, 2 * run + 1, unfiltered=False)
-        off = apply_one(spark, namespace, 2 * run + 2, unfiltered=True)
+        on = apply_one(spark, namespace, 2 * run + 1, unfiltered=False, write_mode=args.write_mode)
+        off = apply_one(spark, namespace, 2 * run + 2, unfiltered=True, write_mode=args.write_mode)
         print(f"bench guard: target_rows={keys} run {run + 1}{' (warm-up)' if run < args.warmups else ''}: "
               f"seconds={on:.2f} unfiltered_seconds={off:.2f}", file=sys.stderr)
         if run >= args.warmups:
@@ -128,11 +132,12 @@ def main(argv=None) -> int:
         for keys in args.targets:
             seconds, unfiltered = measure(spark, keys, args)
             results[keys] = seconds, unfiltered
-            print(f"bench guard: target_rows={keys} window_changes={args.window_changes} seconds={seconds:.2f} "
+            print(f"bench guard: write_mode={args.write_mode} target_rows={keys} "
+                  f"window_changes={args.window_changes} seconds={seconds:.2f} "
                   f"unfiltered_seconds={unfiltered:.2f} ratio={seconds / unfiltered:.2f}", flush=True)
         if len(args.targets) > 1:
             small, large = args.targets[0], args.targets[-1]
-            print(f"bench guard: target_rows={small}->{large} "
+            print(f"bench guard: write_mode={args.write_mode} target_rows={small}->{large} "
                   f"growth={results[large][0] / results[small][0]:.2f} "
                   f"unfiltered_growth={results[large][1] / results[small][1]:.2f}", flush=True)
     finally:

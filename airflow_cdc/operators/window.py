@@ -805,7 +805,10 @@ class CdcApplyOperator(CdcSparkOperator):
     """Step 4: fold the window's changelog rows into current-state Iceberg tables.
 
     ``targets`` is the apply job's ``targets`` object: ``namespace`` for target tables,
-    ``mapping`` from source table to target name, ``history`` (SCD type 2, off by default).
+    ``mapping`` from source table to target name, ``history`` (SCD type 2, off by default),
+    ``write_mode`` (``copy-on-write``, the default, or ``merge-on-read``: a window's changes
+    as delete files beside the rows, for small windows against large targets; compact them
+    with Iceberg's ``rewrite_data_files``).
     ``on_dead_letter`` is ``fail`` (the default: the window fails and names the bad rows) or
     ``continue``; ``tombstone_horizon_seconds`` bounds how long deletes are remembered (I3).
     Windows apply in order: the job runs only once every earlier window of the stream is

@@ -14,6 +14,7 @@ The same JSON object drives :func:`spark_jobs.apply.apply_window` (as a dict) an
         "namespace": "current",                              # target tables live here
         "mapping": {"Singers": "singers", "Albums": "music.albums"},
         "history": ["Singers"],                              # or true / false (default)
+        "write_mode": "copy-on-write",                       # or "merge-on-read" (see below)
         "dead_letter_table": "cdc.orders_dead_letters"      # default <namespace>.<stream>_dead_letters
       },
       "policies": {
@@ -33,6 +34,14 @@ an identifier; otherwise its rows are dead-lettered with a reason that says to m
 Tombstones and history live beside each target as ``<target>__tombstones`` and
 ``<target>__history``.
 
+``targets.write_mode`` is how a window's MERGEs change the target, tombstone and history
+tables (Iceberg's ``write.merge/update/delete.mode``): ``copy-on-write`` (the default) rewrites
+every data file a changed key falls in, so reads stay plain; ``merge-on-read`` writes delete
+files beside the new rows, so a small window against a large target costs far less, and
+readers merge the delete files until a compaction (Iceberg's ``rewrite_data_files``) folds
+them in. Set on an existing target, the mode is applied to its tables by the next window.
+(Bigtable's own apply, with its own tables, does not read it.)
+
 Every name is validated here, before any SQL is built and before Spark starts. Pure Python.
 """
 
@@ -46,6 +55,7 @@ from airflow_cdc.model import CdcError, InvalidIdentifierError, parse_ts, valida
 from spark_jobs.apply.guard_keys import DEFAULT_GUARD_FILTER_MAX_ROWS
 
 ON_DEAD_LETTER = ("fail", "continue")
+WRITE_MODES = ("copy-on-write", "merge-on-read")
 DEFAULT_TOMBSTONE_HORIZON = timedelta(days=7)
 # Small changelog read splits: parsing, the costly part, runs before the fold's shuffle, so its
 # parallelism is the number of splits (Iceberg's default, 128 MiB, often gives one task).
@@ -108,6 +118,7 @@ class ApplyConfig:
     target_namespace: str
     mapping: Mapping[str, TableName] = field(default_factory=dict)
     history: bool | frozenset[str] = False
+    write_mode: str = "copy-on-write"
     dead_letter_table: TableName | None = None
     on_dead_letter: str = "fail"
     tombstone_horizon: timedelta = DEFAULT_TOMBSTONE_HORIZON
@@ -185,6 +196,13 @@ class ApplyConfig:
                 f"apply config: targets.history {history!r} must be true, false or a list of "
                 f"source table names"
             )
+        write_mode = targets.get("write_mode", "copy-on-write")
+        if write_mode not in WRITE_MODES:
+            raise ApplyConfigError(
+                f"apply config: targets.write_mode {write_mode!r} is not one of {list(WRITE_MODES)}: "
+                f"'copy-on-write' rewrites the data files a window changes, 'merge-on-read' writes "
+                f"delete files beside them"
+            )
         dead_letters = targets.get("dead_letter_table") or f"{namespace}.{stream}_dead_letters"
         dead_letter_table = _table(catalog, str(dead_letters), None, "targets.dead_letter_table")
         on_dead_letter = str(policies.get("on_dead_letter", "fail"))
@@ -236,6 +254,7 @@ class ApplyConfig:
             target_namespace=namespace,
             mapping=mapping,
             history=history,
+            write_mode=write_mode,
             dead_letter_table=dead_letter_table,
             on_dead_letter=on_dead_letter,
             tombstone_horizon=timedelta(seconds=float(horizon)),

@@ -335,15 +335,23 @@ def _quoted(name: str) -> str:
     return f"`{validate_identifier('column name', name)}`"
 
 
-def prepare_target(spark: SparkSession, plan: TablePlan, stream: str) -> None:
-    """Create the target (and its tombstone/history tables) if missing; add and widen columns."""
+def prepare_target(spark: SparkSession, plan: TablePlan, stream: str, write_mode: str = "copy-on-write") -> None:
+    """Create the target (and its tombstone/history tables) if missing; add and widen columns;
+    give them ``write_mode`` (``config.WRITE_MODES``) when the existing target has another."""
     assert plan.target is not None
     keys = [(k, plan.key_types[k]) for k in plan.key_names]
     business = list(plan.columns.items())
+    modes = _write_mode_properties(write_mode)
     properties = (
         f"'format-version' = '2', '{KEY_COLUMNS_PROPERTY}' = {string(json.dumps(list(plan.key_names)))}, "
-        f"'airflow-cdc.stream' = '{validate_identifier('stream id', stream)}'"
+        f"'airflow-cdc.stream' = '{validate_identifier('stream id', stream)}', {modes}"
     )
+    if plan.target_exists and plan.target_properties.get(WRITE_MODE_PROPERTY, "copy-on-write") != write_mode:
+        # The mode changed in the config: the tables that exist take it now (a metadata
+        # change, no snapshot); the ones created below are created with it.
+        for table in (plan.target, plan.tombstones, plan.history_table):
+            if spark.catalog.tableExists(table.qualified):
+                spark.sql(f"ALTER TABLE {table.sql} SET TBLPROPERTIES ({modes})")
     cdc = [f"{_quoted(n)} {t} COMMENT {string(c)}" for n, t, c in CDC_COLUMNS]
     _create(spark, plan.target, [f"{_quoted(n)} {t}" for n, t in keys + business] + cdc, properties)
     _create(spark, plan.tombstones, [f"{_quoted(n)} {t}" for n, t in keys] + cdc, properties)
@@ -356,6 +364,18 @@ def prepare_target(spark: SparkSession, plan: TablePlan, stream: str) -> None:
     tables = ([] if current_target else [plan.target]) + ([plan.history_table] if plan.history else [])
     for table in tables:
         _evolve(spark, table, plan.columns)
+
+
+# Iceberg's table properties that say how MERGE, UPDATE and DELETE change a table's rows.
+WRITE_MODE_PROPERTY = "write.merge.mode"
+_WRITE_MODE_PROPERTIES = (WRITE_MODE_PROPERTY, "write.update.mode", "write.delete.mode")
+
+
+def _write_mode_properties(write_mode: str) -> str:
+    """TBLPROPERTIES text: every row-level operation of the table in ``write_mode``."""
+    if write_mode not in ("copy-on-write", "merge-on-read"):
+        raise ValueError(f"write mode {write_mode!r} is not copy-on-write or merge-on-read")
+    return ", ".join(f"'{key}' = '{write_mode}'" for key in _WRITE_MODE_PROPERTIES)
 
 
 def _create(spark: SparkSession, table: TableName, columns: list[str], properties: str) -> None:

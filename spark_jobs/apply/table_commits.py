@@ -51,7 +51,7 @@ def commit_table(spark: SparkSession, config: ApplyConfig, work: TableWork) -> N
     plan, result = work.plan, work.result
     if plan.reason is not None or result.already_applied:
         return
-    prepare_target(spark, plan, config.stream)
+    prepare_target(spark, plan, config.stream, config.write_mode)
     tombstones_due = bool(result.deletes or work.revives) or work.purge_due
     history_due = plan.history and bool(result.upserts + result.patches + result.deletes)
     target_due = bool(result.upserts + result.patches + work.deletes_in_target)
