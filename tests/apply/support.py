@@ -144,6 +144,17 @@ class Lake:
 
         return apply_window(self.spark, self.config(win, **overrides))
 
+    def sibling(self, suffix: str) -> Lake:
+        """Another namespace of the same catalog, to replay the same changes another way."""
+        return Lake(self.spark, self.warehouse, f"{self.namespace}_{suffix}")
+
+    def replay(self, changes: Changes, written: list[Window], applied: list[Window], **overrides) -> dict:
+        """Write the ``written`` windows' rows of ``changes``, then apply the ``applied`` windows
+        in order with ``overrides``: {window_id: result}."""
+        for win in written:
+            self.write(changes, win=win)
+        return {win.window_id: self.apply(win, **overrides) for win in applied}
+
     def rows(self, name: str, order_by: str = "id") -> list[dict]:
         """A table's rows, read with Spark, as dicts ordered by ``order_by`` (SQL expressions)."""
         from pyspark.sql import functions as F

@@ -44,16 +44,14 @@ def _history() -> Changes:
 def both(module_lake):
     """(lake read with the window's keys' guard, lake read with every key's guard, results)."""
     keyed = module_lake
-    whole = Lake(keyed.spark, keyed.warehouse, f"{keyed.namespace}_whole")
+    whole = keyed.sibling("whole")
     items = _history()
     results = {}
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(guard_keys, "MIN_GUARD_ROWS", SMALL_GUARD_FLOOR)
         for lake, overrides in ((keyed, {}), (whole, UNFILTERED)):
-            for win in (W0, W1, W2, W3):
-                lake.write(items, win=win)
-            for win in (W0, W1, W2):
-                results[lake.namespace, win.window_id] = lake.apply(win, **overrides)
+            applied = lake.replay(items, [W0, W1, W2, W3], [W0, W1, W2], **overrides)
+            results.update({(lake.namespace, window_id): result for window_id, result in applied.items()})
     return keyed, whole, results
 
 

@@ -34,12 +34,10 @@ def _history() -> Changes:
 def lakes(module_lake):
     """(merge-on-read lake, copy-on-write lake), both after windows 0-2."""
     mor = module_lake
-    cow = Lake(mor.spark, mor.warehouse, f"{mor.namespace}_cow")
+    cow = mor.sibling("cow")
     items = _history()
     for lake, overrides in ((mor, MOR), (cow, {})):
-        for win in (W0, W1, W2):
-            lake.write(items, win=win)
-            lake.apply(win, **overrides)
+        lake.replay(items, [W0, W1, W2], [W0, W1, W2], **overrides)
     return mor, cow
 
 
