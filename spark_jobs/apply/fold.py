@@ -403,9 +403,10 @@ def ordered_changes(
                 seqs = [f"{'_cdc_seq' if s == seq else 'NULL'} AS {s}" for s in ("__tseq", "__dseq")]
                 source = views[role]
                 if guard_keys_only:
+                    window_keys = f"(SELECT __key FROM {changes}) __wk"
                     source = (
                         f"(SELECT /*+ BROADCAST(__wk) */ g.* FROM {source} g "
-                        f"LEFT SEMI JOIN (SELECT __key FROM {changes}) __wk ON {stored_key_text(plan, 'g.')} = __wk.__key)"
+                        f"LEFT SEMI JOIN {window_keys} ON {stored_key_text(plan, 'g.')} = __wk.__key)"
                     )
                 sides.append(f"SELECT {', '.join(columns)}, NULL AS __change, {', '.join(seqs)} FROM {source}")
             query.stage(" UNION ALL ".join(sides))

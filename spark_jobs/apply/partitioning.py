@@ -3,8 +3,9 @@
 Saves, as measured: the bench's second window folded in 1.21 s instead of 1.72 s (two cores;
 adaptive execution had coalesced four equal partitions into three, and the third ran alone).
 
-:func:`guard_rows_for` and :func:`fold_partitions_for` are all the fold step asks; ``fold.ordered_changes`` takes the
-number (None: Spark decides) as the size of its one exchange.
+:func:`guard_rows_for` and :func:`fold_partitions_for` are all the fold step asks;
+``fold.ordered_changes`` takes the number (None: Spark decides) as the size of its one
+exchange.
 """
 
 from __future__ import annotations

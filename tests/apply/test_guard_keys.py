@@ -117,5 +117,7 @@ def test_with_the_strategy_off_the_fold_reads_every_keys_guard(both, monkeypatch
         (1_000, 2_000_000, 0, False),  # the strategy turned off
     ],
 )
-def test_the_guard_is_read_for_the_windows_keys_only_when_the_window_is_small(window_rows, guard_rows, max_rows, expected):
+def test_the_guard_is_read_for_the_windows_keys_only_when_the_window_is_small(
+    window_rows, guard_rows, max_rows, expected
+):
     assert guard_keys_only(window_rows, guard_rows, max_rows) is expected

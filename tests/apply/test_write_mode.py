@@ -93,8 +93,9 @@ def test_a_compacted_merge_on_read_target_keeps_its_rows_and_its_windows(lake):
     # The compaction README names: rows rewritten with their deletes applied, then the delete
     # files that no longer point at a live data file dropped.
     table = f"{lake.namespace}.Items"
-    lake.spark.sql(f"CALL lake.system.rewrite_data_files(table => '{table}', options => map('delete-file-threshold', '1'))")
-    lake.spark.sql(f"CALL lake.system.rewrite_position_delete_files(table => '{table}', options => map('rewrite-all', 'true'))")
+    system = "CALL lake.system"
+    lake.spark.sql(f"{system}.rewrite_data_files(table => '{table}', options => map('delete-file-threshold', '1'))")
+    lake.spark.sql(f"{system}.rewrite_position_delete_files(table => '{table}', options => map('rewrite-all', 'true'))")
     assert _content_kinds(lake, "Items") == {0} and lake.rows("Items") == before
     assert lake.apply(W1, **MOR).table("Items").already_applied
     lake.apply(W2, **MOR)
