@@ -807,8 +807,8 @@ class CdcApplyOperator(CdcSparkOperator):
     ``targets`` is the apply job's ``targets`` object: ``namespace`` for target tables,
     ``mapping`` from source table to target name, ``history`` (SCD type 2, off by default),
     ``write_mode`` (``copy-on-write``, the default, or ``merge-on-read``: a window's changes
-    as delete files beside the rows, for small windows against large targets; compact them
-    with Iceberg's ``rewrite_data_files``).
+    as delete files beside the rows, for small windows against large targets; apply compacts
+    a table once it holds ``compact_delete_files`` delete files, default 32, 0 never).
     ``on_dead_letter`` is ``fail`` (the default: the window fails and names the bad rows) or
     ``continue``; ``tombstone_horizon_seconds`` bounds how long deletes are remembered (I3).
     Windows apply in order: the job runs only once every earlier window of the stream is
@@ -863,6 +863,10 @@ class CdcApplyOperator(CdcSparkOperator):
             result = (fused_apply_result(folder, record.changelog_snapshot_id, self.log)
                       or self._run_apply_job(context, store, window, owner, folder))
         crash_point("apply.before_state_update")
+        for table in result.get("tables", []):
+            for error in table.get("compaction_errors") or []:
+                self.log.warning("window %s is applied, but a compaction after it failed (the next window "
+                                 "tries again): %s", window.window_id, error)
         snapshot_ids = {
             table["target_table"]: int(table["target_snapshot_id"])
             for table in result.get("tables", [])

@@ -15,6 +15,7 @@ The same JSON object drives :func:`spark_jobs.apply.apply_window` (as a dict) an
         "mapping": {"Singers": "singers", "Albums": "music.albums"},
         "history": ["Singers"],                              # or true / false (default)
         "write_mode": "copy-on-write",                       # or "merge-on-read" (see below)
+        "compact_delete_files": 32,                          # merge-on-read: compact from this many (0: never)
         "dead_letter_table": "cdc.orders_dead_letters"      # default <namespace>.<stream>_dead_letters
       },
       "policies": {
@@ -40,7 +41,9 @@ every data file a changed key falls in, so reads stay plain; ``merge-on-read`` w
 files beside the new rows, so a small window against a large target costs far less, and
 readers merge the delete files until a compaction (Iceberg's ``rewrite_data_files``) folds
 them in. Set on an existing target, the mode is applied to its tables by the next window.
-(Bigtable's own apply, with its own tables, does not read it.)
+(Bigtable's own apply, with its own tables, does not read it.) ``targets.compact_delete_files``:
+after a window's commits, a table holding at least this many delete files is compacted in the
+same job (``compaction.py``; 0 leaves compaction to the user's own maintenance).
 
 Every name is validated here, before any SQL is built and before Spark starts. Pure Python.
 """
@@ -53,6 +56,9 @@ from datetime import datetime, timedelta
 
 from airflow_cdc.model import CdcError, InvalidIdentifierError, parse_ts, validate_identifier
 from spark_jobs.apply.guard_keys import DEFAULT_GUARD_FILTER_MAX_ROWS
+
+# Merge-on-read tables are compacted once they hold this many delete files (``compaction.py``).
+DEFAULT_COMPACT_DELETE_FILES = 32
 
 ON_DEAD_LETTER = ("fail", "continue")
 WRITE_MODES = ("copy-on-write", "merge-on-read")
@@ -119,6 +125,7 @@ class ApplyConfig:
     mapping: Mapping[str, TableName] = field(default_factory=dict)
     history: bool | frozenset[str] = False
     write_mode: str = "copy-on-write"
+    compact_delete_files: int = DEFAULT_COMPACT_DELETE_FILES
     dead_letter_table: TableName | None = None
     on_dead_letter: str = "fail"
     tombstone_horizon: timedelta = DEFAULT_TOMBSTONE_HORIZON
@@ -203,6 +210,12 @@ class ApplyConfig:
                 f"'copy-on-write' rewrites the data files a window changes, 'merge-on-read' writes "
                 f"delete files beside them"
             )
+        compact_from = targets.get("compact_delete_files", DEFAULT_COMPACT_DELETE_FILES)
+        if isinstance(compact_from, bool) or not isinstance(compact_from, int) or compact_from < 0:
+            raise ApplyConfigError(
+                f"apply config: targets.compact_delete_files {compact_from!r} must be a non-negative "
+                f"integer: the delete files a table holds before apply compacts it (0: never)"
+            )
         dead_letters = targets.get("dead_letter_table") or f"{namespace}.{stream}_dead_letters"
         dead_letter_table = _table(catalog, str(dead_letters), None, "targets.dead_letter_table")
         on_dead_letter = str(policies.get("on_dead_letter", "fail"))
@@ -255,6 +268,7 @@ class ApplyConfig:
             mapping=mapping,
             history=history,
             write_mode=write_mode,
+            compact_delete_files=compact_from,
             dead_letter_table=dead_letter_table,
             on_dead_letter=on_dead_letter,
             tombstone_horizon=timedelta(seconds=float(horizon)),

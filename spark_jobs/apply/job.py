@@ -18,6 +18,7 @@ Procedure (:func:`apply_window`), one module per step:
    the re-run recomputes the same outcome from the same pre-window state and makes only the
    missing commits, so the tables end as after one clean run (I1). Then each truncated
    table loses the rows ordered before its truncate (``truncates.py``).
+   Then merge-on-read tables holding many delete files are compacted (``compaction.py``).
 5. Result: the counts and snapshot ids (``result.py``); the checkpointed frames are released.
 
 Exactly once thus rests on both mechanisms: window tags decide which commits are missing,
@@ -39,7 +40,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_cdc.model import CdcError
-from spark_jobs.apply import declarations, truncates
+from spark_jobs.apply import compaction, declarations, truncates
 from spark_jobs.apply.config import ApplyConfig
 from spark_jobs.apply.dead_letters import commit_dead_letters
 from spark_jobs.apply.faults import InjectedFault
@@ -104,11 +105,22 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
             commit_table(spark, config, work)
         # 4b. Truncates: the rows ordered before each, removed after the table's commits.
         truncates.commit_truncates(spark, config, truncations, result)
+        # 4c. Merge-on-read tables holding many delete files: compacted (maintenance that never
+        # fails the applied window; see compaction.py).
+        compaction.compact_tables(spark, config, [(work.result, _tables_of(work)) for work in works])
     finally:
         for work in works:
             release(work)
     # 5. The result.
     return result
+
+
+def _tables_of(work: TableWork) -> list:
+    """The Iceberg tables apply writes for the work's source table (none when dead-lettered)."""
+    plan = work.plan
+    if plan.reason is not None or plan.target is None:
+        return []
+    return [plan.target, plan.tombstones, *([plan.history_table] if plan.history else [])]
 
 
 def window_rows(spark: SparkSession, config: ApplyConfig) -> DataFrame:

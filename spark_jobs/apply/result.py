@@ -28,6 +28,8 @@ class TableResult:
     already_applied: bool = False
     truncates: int = 0  # truncate rows of the table in the window
     truncated_rows: int = 0  # target rows the window's truncate removed
+    compacted_tables: list[str] = field(default_factory=list)  # merge-on-read tables compacted after the commits
+    compaction_errors: list[str] = field(default_factory=list)  # compactions that failed (the window stays applied)
 
 
 @dataclass

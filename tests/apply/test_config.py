@@ -55,6 +55,7 @@ def test_targets_come_from_the_mapping_or_the_source_table_name():
         ({"fold_rows_per_task": "many"}, "fold_rows_per_task 'many'"),
         ({"guard_filter_max_rows": -1}, "guard_filter_max_rows -1 must be a non-negative integer"),
         ({"targets": {"namespace": "c", "write_mode": "upsert"}}, "targets.write_mode 'upsert' is not one of"),
+        ({"targets": {"namespace": "c", "compact_delete_files": -1}}, "targets.compact_delete_files -1 must be"),
     ],
 )
 def test_bad_configs_are_refused_with_the_reason(changes, message):

@@ -2,18 +2,23 @@
 instead of rewritten data files, readable by other engines, and a mode that can be changed.
 
 One history (inserts, full and partial updates, deletes, a late older change, a revive) is
-applied in two namespaces, one per write mode.
+applied in two namespaces, one per write mode (merge-on-read with the default compaction
+threshold of 32 delete files, which these windows stay under).
 """
 
 from __future__ import annotations
 
 import pytest
 
+from spark_jobs.apply.compaction import compact
+from spark_jobs.apply.config import TableName
+
 from .support import Changes, Lake, at, business, normalized, values_of, window
 
 W0, W1, W2 = window(0), window(1), window(2)
 TYPES = {"id": "INT64", "v": "STRING", "n": "INT64"}
 MOR = {"targets": {"write_mode": "merge-on-read"}}
+EAGER = {"targets": {"write_mode": "merge-on-read", "compact_delete_files": 1}}
 
 
 def _history() -> Changes:
@@ -90,14 +95,22 @@ def test_a_compacted_merge_on_read_target_keeps_its_rows_and_its_windows(lake):
     for win in (W0, W1):
         lake.apply(win, **MOR)
     before = lake.rows("Items")
-    # The compaction README names: rows rewritten with their deletes applied, then the delete
-    # files that no longer point at a live data file dropped.
-    table = f"{lake.namespace}.Items"
-    system = "CALL lake.system"
-    lake.spark.sql(f"{system}.rewrite_data_files(table => '{table}', options => map('delete-file-threshold', '1'))")
-    lake.spark.sql(f"{system}.rewrite_position_delete_files(table => '{table}', options => map('rewrite-all', 'true'))")
+    # The compaction apply runs (compaction.py), here between windows, as a user's own
+    # maintenance would: rows rewritten with their deletes applied, stale delete files dropped.
+    compact(lake.spark, TableName("lake", lake.namespace, "Items"))
     assert _content_kinds(lake, "Items") == {0} and lake.rows("Items") == before
     assert lake.apply(W1, **MOR).table("Items").already_applied
     lake.apply(W2, **MOR)
     target = values_of(lake.rows("Items"), "v")
     assert target[1] == ("b1",) and target[4] == ("back",) and target[5] == ("c5",)
+
+
+def test_apply_compacts_a_merge_on_read_target_once_it_holds_enough_delete_files(lake):
+    items = _history()
+    lake.replay(items, [W0, W1, W2], [W0])
+    result = lake.apply(W1, **EAGER).table("Items")
+    assert result.compacted_tables == [lake.table("Items")] and result.compaction_errors == []
+    assert _content_kinds(lake, "Items") == {0}
+    assert values_of(lake.rows("Items"), "v", "n")[2] == ("a2", 200) and 3 not in values_of(lake.rows("Items"), "v")
+    again = lake.apply(W1, **EAGER).table("Items")
+    assert again.already_applied and again.compacted_tables == []
