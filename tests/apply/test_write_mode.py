@@ -114,3 +114,19 @@ def test_apply_compacts_a_merge_on_read_target_once_it_holds_enough_delete_files
     assert values_of(lake.rows("Items"), "v", "n")[2] == ("a2", 200) and 3 not in values_of(lake.rows("Items"), "v")
     again = lake.apply(W1, **EAGER).table("Items")
     assert again.already_applied and again.compacted_tables == []
+
+
+def test_a_failed_compaction_leaves_the_window_applied_and_names_the_table(lake, monkeypatch):
+    from spark_jobs.apply import compaction
+
+    def refused(spark, table):  # as a commit that lost to another writer would fail
+        raise RuntimeError("org.apache.iceberg.exceptions.ValidationException: found conflicting files")
+
+    items = _history()
+    lake.replay(items, [W0, W1], [W0])
+    monkeypatch.setattr(compaction, "compact", refused)
+    result = lake.apply(W1, **EAGER).table("Items")
+    assert result.compacted_tables == []
+    assert result.compaction_errors == [f"{lake.table('Items')}: org.apache.iceberg.exceptions.ValidationException: "
+                                        f"found conflicting files"]
+    assert values_of(lake.rows("Items"), "v")[1] == ("b1",) and 1 in _content_kinds(lake, "Items")
