@@ -186,17 +186,36 @@ class ViewSeen:
 
 
 def open_view(driver, server: ViewServer, stream: str | None = None,
-              timeout: float = 180) -> ViewSeen:
+              timeout: float = 180, attempts: int = 3) -> ViewSeen:
     """Open the CDC page in Airflow's UI (logged in), optionally select ``stream``, and read
-    what it shows once its data (and its chart) loaded. Leaves the driver in the page's frame."""
+    what it shows once its data (and its chart) loaded. Leaves the driver in the page's frame.
+
+    Airflow's UI mounts the page's frame once its own scripts ran; on a loaded machine it has
+    once shown the page's URL with no frame for minutes (CI). A page with no frame within its
+    share of ``timeout`` is loaded again, ``attempts`` times in all, before failing with the
+    URL and text the browser shows.
+    """
+    from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     wait = WebDriverWait(driver, timeout)
     if not driver.current_url.rstrip("/").endswith(VIEW_ROUTE):
         driver.get(f"{server.url}{VIEW_ROUTE}")
-    driver.switch_to.default_content()
-    frame = wait.until(lambda d: d.find_element(By.CSS_SELECTOR, "iframe"))
+    frame = None
+    for attempt in range(attempts):
+        driver.switch_to.default_content()
+        try:
+            frame = WebDriverWait(driver, timeout / attempts).until(
+                lambda d: d.find_element(By.CSS_SELECTOR, "iframe"))
+            break
+        except TimeoutException:
+            if attempt + 1 < attempts:
+                driver.get(f"{server.url}{VIEW_ROUTE}")
+    if frame is None:
+        text = driver.find_element(By.TAG_NAME, "body").text[:500]
+        raise RuntimeError(f"the CDC page's frame did not appear after {attempts} loads: the browser "
+                           f"shows {driver.current_url} with {text!r}")
     driver.switch_to.frame(frame)
     wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-loaded"))
     if stream:
