@@ -2,9 +2,9 @@
 
 With ``targets.write_mode: merge-on-read`` each window's MERGEs add delete files beside the
 target's, tombstones' and history's rows, and every reader merges them until a compaction
-folds them in. After a window's commits, apply compacts each of the window's tables whose
-current snapshot holds at least ``targets.compact_delete_files`` delete files (the summary's
-``total-delete-files``; default 32, 0 never): Iceberg's ``rewrite_data_files`` with
+folds them in. After a window's commits in that mode, apply compacts each of the window's
+tables whose current snapshot holds at least ``targets.compact_delete_files`` delete files
+(the summary's ``total-delete-files``; default 32, 0 never): Iceberg's ``rewrite_data_files`` with
 ``delete-file-threshold`` 1 (rows rewritten with their deletes applied), then
 ``rewrite_position_delete_files`` with ``rewrite-all`` (it drops the delete files the first
 call leaves pointing at no live file).
@@ -42,8 +42,8 @@ def compact_tables(
     """Compact each of ``tables``' Iceberg tables (a result and the tables of its source table)
     that holds at least ``config.compact_delete_files`` delete files; record what was done in
     the results (``compacted_tables``, ``compaction_errors``)."""
-    if config.compact_delete_files <= 0:
-        return
+    if config.compact_delete_files <= 0 or config.write_mode != "merge-on-read":
+        return  # copy-on-write MERGEs write no delete files: no metadata lookups per window
     for result, names in tables:
         for table in names:
             if not spark.catalog.tableExists(table.qualified):

@@ -210,12 +210,11 @@ class ApplyConfig:
                 f"'copy-on-write' rewrites the data files a window changes, 'merge-on-read' writes "
                 f"delete files beside them"
             )
-        compact_from = targets.get("compact_delete_files", DEFAULT_COMPACT_DELETE_FILES)
-        if isinstance(compact_from, bool) or not isinstance(compact_from, int) or compact_from < 0:
-            raise ApplyConfigError(
-                f"apply config: targets.compact_delete_files {compact_from!r} must be a non-negative "
-                f"integer: the delete files a table holds before apply compacts it (0: never)"
-            )
+        compact_from = _integer(
+            targets, "compact_delete_files", DEFAULT_COMPACT_DELETE_FILES, 0,
+            "a non-negative integer: the delete files a table holds before apply compacts it (0: never)",
+            prefix="targets.",
+        )
         dead_letters = targets.get("dead_letter_table") or f"{namespace}.{stream}_dead_letters"
         dead_letter_table = _table(catalog, str(dead_letters), None, "targets.dead_letter_table")
         on_dead_letter = str(policies.get("on_dead_letter", "fail"))
@@ -240,24 +239,17 @@ class ApplyConfig:
                     f"(or a list of them)"
                 )
         fault_points = frozenset(point for point in points if point is not None)
-        split_size = data.get("changelog_split_size_bytes", DEFAULT_CHANGELOG_SPLIT_SIZE)
-        if isinstance(split_size, bool) or not isinstance(split_size, int) or split_size < 1 << 20:
-            raise ApplyConfigError(
-                f"apply config: changelog_split_size_bytes {split_size!r} must be an integer of at "
-                f"least 1048576 (1 MiB)"
-            )
-        rows_per_task = data.get("fold_rows_per_task", DEFAULT_FOLD_ROWS_PER_TASK)
-        if isinstance(rows_per_task, bool) or not isinstance(rows_per_task, int) or rows_per_task < 1000:
-            raise ApplyConfigError(
-                f"apply config: fold_rows_per_task {rows_per_task!r} must be an integer of at "
-                f"least 1000"
-            )
-        guard_max = data.get("guard_filter_max_rows", DEFAULT_GUARD_FILTER_MAX_ROWS)
-        if isinstance(guard_max, bool) or not isinstance(guard_max, int) or guard_max < 0:
-            raise ApplyConfigError(
-                f"apply config: guard_filter_max_rows {guard_max!r} must be a non-negative "
-                f"integer (0 reads every key's guard rows)"
-            )
+        split_size = _integer(
+            data, "changelog_split_size_bytes", DEFAULT_CHANGELOG_SPLIT_SIZE, 1 << 20,
+            "an integer of at least 1048576 (1 MiB)",
+        )
+        rows_per_task = _integer(
+            data, "fold_rows_per_task", DEFAULT_FOLD_ROWS_PER_TASK, 1000, "an integer of at least 1000"
+        )
+        guard_max = _integer(
+            data, "guard_filter_max_rows", DEFAULT_GUARD_FILTER_MAX_ROWS, 0,
+            "a non-negative integer (0 reads every key's guard rows)",
+        )
         return cls(
             catalog=catalog,
             stream=stream,
@@ -277,6 +269,17 @@ class ApplyConfig:
             fold_rows_per_task=rows_per_task,
             guard_filter_max_rows=guard_max,
         )
+
+
+def _integer(
+    data: Mapping[str, object], key: str, default: int, minimum: int, requirement: str, prefix: str = ""
+) -> int:
+    """``data[key]`` (``default`` when absent), an integer of at least ``minimum``; otherwise
+    ApplyConfigError naming ``prefix + key``, the value and ``requirement``."""
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ApplyConfigError(f"apply config: {prefix}{key} {value!r} must be {requirement}")
+    return value
 
 
 def _required(data: Mapping[str, object], key: str, prefix: str = "") -> object:

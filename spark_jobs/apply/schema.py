@@ -37,7 +37,7 @@ from airflow_cdc.sources.column_types import (
     merged_spark_type,
     spark_sql_type,
 )
-from spark_jobs.apply.config import ApplyConfig, TableName
+from spark_jobs.apply.config import WRITE_MODES, ApplyConfig, TableName
 from spark_jobs.apply.sql import string
 from spark_jobs.changelog import Declaration
 
@@ -373,8 +373,8 @@ _WRITE_MODE_PROPERTIES = (WRITE_MODE_PROPERTY, "write.update.mode", "write.delet
 
 def _write_mode_properties(write_mode: str) -> str:
     """TBLPROPERTIES text: every row-level operation of the table in ``write_mode``."""
-    if write_mode not in ("copy-on-write", "merge-on-read"):
-        raise ValueError(f"write mode {write_mode!r} is not copy-on-write or merge-on-read")
+    if write_mode not in WRITE_MODES:
+        raise ValueError(f"write mode {write_mode!r} is not one of {list(WRITE_MODES)}")
     return ", ".join(f"'{key}' = '{write_mode}'" for key in _WRITE_MODE_PROPERTIES)
 
 
