@@ -42,21 +42,32 @@ def compact_tables(
     """Compact each of ``tables``' Iceberg tables (a result and the tables of its source table)
     that holds at least ``config.compact_delete_files`` delete files; record what was done in
     the results (``compacted_tables``, ``compaction_errors``)."""
-    if config.compact_delete_files <= 0 or config.write_mode != "merge-on-read":
-        return  # copy-on-write MERGEs write no delete files: no metadata lookups per window
     for result, names in tables:
-        for table in names:
-            if not spark.catalog.tableExists(table.qualified):
-                continue
-            if delete_files(current_summary(spark, table.qualified)) < config.compact_delete_files:
-                continue
-            try:
-                compact(spark, table)
-            except Exception as error:  # noqa: BLE001 - maintenance: the window is applied already
-                first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-                result.compaction_errors.append(f"{table.qualified}: {first_line[:300]}")
-            else:
-                result.compacted_tables.append(table.qualified)
+        compacted, errors = compact_due(spark, config, names)
+        result.compacted_tables.extend(compacted)
+        result.compaction_errors.extend(errors)
+
+
+def compact_due(spark: SparkSession, config: ApplyConfig, tables: Iterable[TableName]) -> tuple[list[str], list[str]]:
+    """Compact those of ``tables`` that hold at least ``config.compact_delete_files`` delete
+    files. Returns the tables compacted and the errors of those that failed ("table: error")."""
+    compacted: list[str] = []
+    errors: list[str] = []
+    if config.compact_delete_files <= 0 or config.write_mode != "merge-on-read":
+        return compacted, errors  # copy-on-write MERGEs write no delete files: no lookups
+    for table in tables:
+        if not spark.catalog.tableExists(table.qualified):
+            continue
+        if delete_files(current_summary(spark, table.qualified)) < config.compact_delete_files:
+            continue
+        try:
+            compact(spark, table)
+        except Exception as error:  # noqa: BLE001 - maintenance: the window is applied already
+            first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            errors.append(f"{table.qualified}: {first_line[:300]}")
+        else:
+            compacted.append(table.qualified)
+    return compacted, errors
 
 
 def compact(spark: SparkSession, table: TableName) -> None:

@@ -41,7 +41,7 @@ every data file a changed key falls in, so reads stay plain; ``merge-on-read`` w
 files beside the new rows, so a small window against a large target costs far less, and
 readers merge the delete files until a compaction (Iceberg's ``rewrite_data_files``) folds
 them in. Set on an existing target, the mode is applied to its tables by the next window.
-(Bigtable's own apply, with its own tables, does not read it.) ``targets.compact_delete_files``:
+Bigtable's own tables take it too. ``targets.compact_delete_files``:
 after a window's commits, a table holding at least this many delete files is compacted in the
 same job (``compaction.py``; 0 leaves compaction to the user's own maintenance).
 
@@ -103,6 +103,20 @@ class TableName:
     @property
     def sql(self) -> str:
         return f"`{self.catalog}`.`{self.namespace}`.`{self.name}`"
+
+    @classmethod
+    def parse(cls, qualified: str) -> TableName:
+        """The name of ``<catalog>.<namespace>.<name>`` (each part a valid identifier)."""
+        parts = qualified.split(".")
+        if len(parts) != 3:
+            raise ApplyConfigError(
+                f"table name {qualified!r} is not <catalog>.<namespace>.<name>: give all three parts"
+            )
+        try:
+            catalog, namespace, name = (validate_identifier("Iceberg name part", part) for part in parts)
+        except InvalidIdentifierError as error:
+            raise ApplyConfigError(f"table name {qualified!r}: {error}") from error
+        return cls(catalog, namespace, name)
 
     def with_suffix(self, suffix: str) -> TableName:
         name = validate_identifier("Iceberg table name", self.name + suffix)

@@ -341,7 +341,7 @@ def prepare_target(spark: SparkSession, plan: TablePlan, stream: str, write_mode
     assert plan.target is not None
     keys = [(k, plan.key_types[k]) for k in plan.key_names]
     business = list(plan.columns.items())
-    modes = _write_mode_properties(write_mode)
+    modes = write_mode_properties(write_mode)
     properties = (
         f"'format-version' = '2', '{KEY_COLUMNS_PROPERTY}' = {string(json.dumps(list(plan.key_names)))}, "
         f"'airflow-cdc.stream' = '{validate_identifier('stream id', stream)}', {modes}"
@@ -371,7 +371,7 @@ WRITE_MODE_PROPERTY = "write.merge.mode"
 _WRITE_MODE_PROPERTIES = (WRITE_MODE_PROPERTY, "write.update.mode", "write.delete.mode")
 
 
-def _write_mode_properties(write_mode: str) -> str:
+def write_mode_properties(write_mode: str) -> str:
     """TBLPROPERTIES text: every row-level operation of the table in ``write_mode``."""
     if write_mode not in WRITE_MODES:
         raise ValueError(f"write mode {write_mode!r} is not one of {list(WRITE_MODES)}")

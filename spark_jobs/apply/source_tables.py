@@ -3,7 +3,9 @@
 Such a source (Bigtable's cells) computes its window's outcome itself, but commits through
 this object, so its tables follow the same exactly-once rules as every target: each commit
 tagged with the window, a table that holds the window's commit skipped on a re-run, and the
-pre-window state read at the snapshot before that commit (I1).
+pre-window state read at the snapshot before that commit (I1). Its tables are created in the
+config's write mode and compacted after the window's commits, as targets are
+(``targets.write_mode``, ``targets.compact_delete_files``).
 """
 
 from __future__ import annotations
@@ -13,7 +15,10 @@ from collections.abc import Mapping, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_jobs.apply.config import ApplyConfig
+from spark_jobs.apply import compaction
+from spark_jobs.apply.config import ApplyConfig, TableName
+from spark_jobs.apply.schema import WRITE_MODE_PROPERTY, write_mode_properties
+from spark_jobs.apply.truncates import target_properties
 from spark_jobs.commits import (
     current_snapshot_id,
     sql_tagged,
@@ -31,6 +36,27 @@ class WindowTables:
     def __init__(self, spark: SparkSession, config: ApplyConfig) -> None:
         self.spark = spark
         self.config = config
+
+    def create(self, qualified: str, columns: str, partitioned_by: str | None = None) -> None:
+        """Create table ``qualified`` (``columns``: its SQL column definitions) when it is missing, in the
+        config's write mode; an existing table in another mode takes it now (a metadata change,
+        no snapshot), as a target does."""
+        table = TableName.parse(qualified)
+        modes = write_mode_properties(self.config.write_mode)
+        if self.spark.catalog.tableExists(table.qualified):
+            if target_properties(self.spark, table).get(WRITE_MODE_PROPERTY, "copy-on-write") != self.config.write_mode:
+                self.spark.sql(f"ALTER TABLE {table.sql} SET TBLPROPERTIES ({modes})")
+            return
+        self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS `{table.catalog}`.`{table.namespace}`")
+        partitioning = f"PARTITIONED BY ({partitioned_by}) " if partitioned_by else ""
+        self.spark.sql(f"CREATE TABLE IF NOT EXISTS {table.sql} ({columns}) USING iceberg {partitioning}"
+                       f"TBLPROPERTIES ('format-version' = '2', {modes})")
+
+    def compact(self, tables: Sequence[str]) -> dict[str, list[str]]:
+        """After the window's commits: those of ``tables`` (qualified names) holding many delete files compacted
+        (``compaction.py``). Returns the result's ``compacted_tables`` and ``compaction_errors``."""
+        compacted, errors = compaction.compact_due(self.spark, self.config, [TableName.parse(t) for t in tables])
+        return {"compacted_tables": compacted, "compaction_errors": errors}
 
     def committed(self, table: str) -> dict | None:
         """The counts the window's commit to ``table`` recorded, or None when it has none."""

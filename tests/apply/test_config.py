@@ -7,6 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from spark_jobs.apply import ApplyConfig, ApplyConfigError
+from spark_jobs.apply.config import TableName
 
 BASE = {
     "stream": "orders",
@@ -73,3 +74,17 @@ def test_an_unusable_source_table_name_is_reported_for_dead_letters():
 def test_tombstones_are_purged_relative_to_the_window_end_not_the_clock():
     parsed = config(policies={"tombstone_horizon_seconds": 3600})
     assert parsed.tombstone_cutoff == datetime(2024, 5, 1, 10, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize(
+    ("qualified", "message"),
+    [("lake.t", "is not <catalog>.<namespace>.<name>"), ("lake.ns.x;drop", "'x;drop' is not an identifier")],
+)
+def test_a_table_name_without_three_valid_parts_is_refused(qualified, message):
+    with pytest.raises(ApplyConfigError) as error:
+        TableName.parse(qualified)
+    assert message in str(error.value)
+
+
+def test_a_qualified_table_name_parses_into_its_parts():
+    assert TableName.parse("lake.ns.t") == TableName("lake", "ns", "t")

@@ -130,3 +130,23 @@ def test_a_failed_compaction_leaves_the_window_applied_and_names_the_table(lake,
     assert result.compaction_errors == [f"{lake.table('Items')}: org.apache.iceberg.exceptions.ValidationException: "
                                         f"found conflicting files"]
     assert values_of(lake.rows("Items"), "v")[1] == ("b1",) and 1 in _content_kinds(lake, "Items")
+
+
+def test_a_sources_own_table_is_created_in_the_write_mode_and_an_existing_one_takes_a_new_mode(module_lake):
+    from spark_jobs.apply.config import ApplyConfig
+    from spark_jobs.apply.source_tables import WindowTables
+
+    lake = module_lake
+    table = lake.table("Own_cells")
+    base = {"catalog": "lake", "stream": "s", "window_id": W0.window_id, "changelog_table": "x.changelog"}
+
+    def tables(mode: str) -> WindowTables:
+        return WindowTables(lake.spark, ApplyConfig.from_dict({**base, "targets": {"namespace": lake.namespace, "write_mode": mode}}))
+
+    tables("merge-on-read").create(table, "k bigint, v string", partitioned_by="bucket(4, k)")
+    created = _properties(lake, "Own_cells")["write.merge.mode"]
+    tables("copy-on-write").create(table, "k bigint, v string")
+    switched = _properties(lake, "Own_cells")
+
+    assert created == "merge-on-read"
+    assert switched["write.merge.mode"] == switched["write.delete.mode"] == "copy-on-write"

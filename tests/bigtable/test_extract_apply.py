@@ -30,6 +30,21 @@ def emulator():
 
 @pytest.fixture
 def pipeline(emulator, tmp_path):
+    return new_pipeline(emulator, tmp_path)
+
+
+@pytest.fixture(scope="module")
+def extracted(spark, emulator, tmp_path_factory):
+    """One stream with its three windows extracted and committed, for tests that apply them
+    into targets of their own (``apply(..., namespace=)``)."""
+    store, config = new_pipeline(emulator, tmp_path_factory.mktemp("extracted"))
+    for window in windows(config.stream_id):
+        extract(spark, store, config, window)
+        commit_window(store, config, window, "run")
+    return config
+
+
+def new_pipeline(emulator, tmp_path):
     stream_id = f"bt_{uuid.uuid4().hex[:8]}"
     store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
     store.migrate()
@@ -53,13 +68,13 @@ def extract(spark, store, config, window):
     return result
 
 
-def apply(spark, config, window, tmp_path) -> dict:
+def apply(spark, config, window, tmp_path, namespace: str | None = None, **targets) -> dict:
     job = tmp_path / f"apply-{uuid.uuid4().hex[:6]}.json"
     result = tmp_path / f"{job.stem}-result.json"
     job.write_text(json.dumps({
         "catalog": "lake", "stream": config.stream_id, "window_id": window.window_id,
         "changelog_table": config.changelog_table,
-        "targets": {"namespace": f"{config.stream_id}_t"}, "source": config.source_spec,
+        "targets": {"namespace": namespace or f"{config.stream_id}_t", **targets}, "source": config.source_spec,
     }))
     assert apply_job.main(["--job-config", str(job), "--result", str(result)], spark=spark) == 0
     return json.loads(result.read_text())
@@ -71,8 +86,8 @@ def mutation_ids(history, end: datetime) -> set[str]:
             for c in history.commits if c.commit_us < micros for i in range(len(c.mutations))}
 
 
-def cells(spark, config) -> dict:
-    rows = spark.table(f"lake.{config.stream_id}_t.events_cells").collect()
+def cells(spark, config, namespace: str | None = None) -> dict:
+    rows = spark.table(f"lake.{namespace or config.stream_id + '_t'}.events_cells").collect()
     return {(bytes(r.row_key), r.family, bytes(r.qualifier), r.cell_ts): bytes(r.value)
             for r in rows}
 
@@ -130,3 +145,39 @@ def test_cells_and_latest_equal_the_true_state_and_a_second_apply_changes_nothin
     assert again["tables"][0]["already_applied"] is True
     assert spark.sql(
         f"SELECT snapshot_id FROM lake.{config.stream_id}_t.events_cells.snapshots").count() == snapshots
+
+
+def table_state(spark, table: str) -> tuple[str | None, int]:
+    """The table's merge mode and the delete files its current snapshot holds."""
+    properties = {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES {table}").collect()}
+    summary = spark.sql(f"SELECT summary FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0]
+    return properties.get("write.merge.mode"), int(summary.get("total-delete-files", 0))
+
+
+def test_merge_on_read_tables_hold_the_true_state_with_their_changes_in_delete_files(
+        spark, extracted, emulator, tmp_path):
+    config, namespace = extracted, f"mor_{uuid.uuid4().hex[:6]}"
+    for window in windows(config.stream_id):
+        apply(spark, config, window, tmp_path, namespace, write_mode="merge-on-read", compact_delete_files=0)
+
+    mode, deletes = table_state(spark, f"lake.{namespace}.events_latest")
+
+    assert cells(spark, config, namespace) == true_cells(emulator, windows(config.stream_id)[-1].end)
+    assert mode == "merge-on-read"
+    assert deletes > 0
+    assert table_state(spark, f"lake.{namespace}.events_cells")[0] == "merge-on-read"
+
+
+def test_merge_on_read_tables_holding_delete_files_are_compacted_after_the_windows_commits(
+        spark, extracted, emulator, tmp_path):
+    config, namespace = extracted, f"mor_{uuid.uuid4().hex[:6]}"
+    results = [apply(spark, config, window, tmp_path, namespace, write_mode="merge-on-read", compact_delete_files=1)
+               for window in windows(config.stream_id)]
+    latest = f"lake.{namespace}.events_latest"
+
+    compacted = {t for r in results for t in r["tables"][0]["compacted_tables"]}
+
+    assert latest in compacted
+    assert table_state(spark, latest)[1] == 0
+    assert all(r["tables"][0]["compaction_errors"] == [] for r in results)
+    assert cells(spark, config, namespace) == true_cells(emulator, windows(config.stream_id)[-1].end)

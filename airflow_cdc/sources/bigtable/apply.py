@@ -20,6 +20,9 @@ Procedure (:func:`apply_window`):
    that already holds the window's commit is skipped, so a crash between commits is mended
    by running the window again (I1). ``targets.apply_gc`` (default true) says whether
    garbage-collection deletes change the targets; they are in the changelog either way.
+4. With ``targets.write_mode: merge-on-read`` (the tables are created in the config's mode),
+   the tables holding ``targets.compact_delete_files`` delete files are compacted, as
+   targets are (``spark_jobs/apply/compaction.py``).
 """
 
 from __future__ import annotations
@@ -151,15 +154,13 @@ def apply_window(spark, config, data: Mapping, tables) -> list[dict]:
             validate_identifier("Bigtable table id as an Iceberg name (give targets.mapping)",
                                 re.sub(r"[^A-Za-z0-9_]", "_", source_table))))
         names = {kind: f"{base}_{kind}" for kind in ("cells", "latest", "cell_tombstones", "rows")}
-        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {base.rsplit('.', 1)[0]}")
+        # Created in the config's write mode (targets.write_mode), as targets are.
         for kind, columns in (("cells", CELL_COLUMNS), ("latest", CELL_COLUMNS),
                               ("cell_tombstones", TOMBSTONE_COLUMNS)):
-            spark.sql(f"CREATE TABLE IF NOT EXISTS {names[kind]} ({columns}) USING iceberg "
-                      f"PARTITIONED BY (bucket(16, row_key)) TBLPROPERTIES ('format-version'='2')")
+            tables.create(names[kind], columns, partitioned_by="bucket(16, row_key)")
         if decoded:
             typed = ", ".join(f"`{n}` {_SPARK[d]}" for n, _, _, d in decoded)
-            spark.sql(f"CREATE TABLE IF NOT EXISTS {names['rows']} (row_key binary, {typed}) "
-                      f"USING iceberg TBLPROPERTIES ('format-version'='2')")
+            tables.create(names["rows"], f"row_key binary, {typed}")
         commits = {kind: tables.committed(names[kind]) for kind in names
                    if kind != "rows" or decoded}
         table_result = {"source_table": source_table, "target_table": names["cells"]}
@@ -169,6 +170,7 @@ def apply_window(spark, config, data: Mapping, tables) -> list[dict]:
             table_result.update(already_applied=True, target_snapshot_id=recorded["snapshot_id"],
                                 **{k: int(recorded.get(k, 0)) for k in (
                                     "changes", "upserts", "deletes", "superseded_changes")})
+            table_result.update(tables.compact(list(names.values())))  # a crash may have cut it short
             continue
 
         # 1. mutations by row key, with the touched rows' cells and tombstones before the window
@@ -259,4 +261,6 @@ def apply_window(spark, config, data: Mapping, tables) -> list[dict]:
             cells.unpersist()
         finally:
             outcomes.unpersist()
+        # 4. Merge-on-read tables holding many delete files: compacted (never fails the window).
+        table_result.update(tables.compact(list(names.values())))
     return results
