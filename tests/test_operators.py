@@ -1,4 +1,5 @@
-"""Airflow-side refusals: zero-width windows and schedules, secrets in pipeline arguments."""
+"""Airflow-side refusals: zero-width windows and schedules, secrets in pipeline arguments; the
+apply task's warning for a failed compaction."""
 
 from __future__ import annotations
 
@@ -144,3 +145,24 @@ def test_both_pipelines_take_the_shared_options_and_pass_them_to_their_tasks():
         assert dag.get_task(f"{group}.gate").timeout == 900
         assert dag.get_task(f"{group}.plan").stream.changelog_table.startswith("raw.")
     assert dag.get_task("d.plan").wait_timeout == 900
+
+
+def test_a_failed_compaction_is_logged_as_a_warning_naming_the_window_and_the_table(caplog):
+    import logging
+
+    from airflow_cdc.operators.window import warn_failed_compactions
+
+    log = logging.getLogger("test.apply")
+    result = {"tables": [
+        {"target_table": "lake.t.a", "compaction_errors": ["lake.t.a: ValidationException: Cannot commit"]},
+        {"target_table": "lake.t.b", "compaction_errors": []},
+    ]}
+
+    with caplog.at_level(logging.WARNING, logger="test.apply"):
+        count = warn_failed_compactions(log, "w-1", result)
+
+    assert count == 1
+    [record] = caplog.records
+    assert record.levelno == logging.WARNING
+    assert "window w-1 is applied" in record.getMessage()
+    assert "lake.t.a: ValidationException" in record.getMessage()

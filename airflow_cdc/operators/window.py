@@ -394,6 +394,17 @@ def fused_apply_result(folder, changelog_snapshot_id: int, log=None) -> dict | N
     return applied
 
 
+def warn_failed_compactions(log, window_id: str, result: Mapping) -> int:
+    """Log a warning per compaction that failed after the window's commits (the apply result's
+    ``compaction_errors``): the window is applied, the next window tries again. Returns how
+    many there were."""
+    errors = [error for table in result.get("tables", []) for error in table.get("compaction_errors") or []]
+    for error in errors:
+        log.warning("window %s is applied, but a compaction after it failed (the next window "
+                    "tries again): %s", window_id, error)
+    return len(errors)
+
+
 class CdcSparkOperator(CdcWindowOperator):
     """A protocol step that runs a Spark job through a runner.
 
@@ -863,10 +874,7 @@ class CdcApplyOperator(CdcSparkOperator):
             result = (fused_apply_result(folder, record.changelog_snapshot_id, self.log)
                       or self._run_apply_job(context, store, window, owner, folder))
         crash_point("apply.before_state_update")
-        for table in result.get("tables", []):
-            for error in table.get("compaction_errors") or []:
-                self.log.warning("window %s is applied, but a compaction after it failed (the next window "
-                                 "tries again): %s", window.window_id, error)
+        warn_failed_compactions(self.log, window.window_id, result)
         snapshot_ids = {
             table["target_table"]: int(table["target_snapshot_id"])
             for table in result.get("tables", [])
