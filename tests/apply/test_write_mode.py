@@ -141,7 +141,8 @@ def test_a_sources_own_table_is_created_in_the_write_mode_and_an_existing_one_ta
     base = {"catalog": "lake", "stream": "s", "window_id": W0.window_id, "changelog_table": "x.changelog"}
 
     def tables(mode: str) -> WindowTables:
-        return WindowTables(lake.spark, ApplyConfig.from_dict({**base, "targets": {"namespace": lake.namespace, "write_mode": mode}}))
+        targets = {"namespace": lake.namespace, "write_mode": mode}
+        return WindowTables(lake.spark, ApplyConfig.from_dict({**base, "targets": targets}))
 
     tables("merge-on-read").create(table, "k bigint, v string", partitioned_by="bucket(4, k)")
     created = _properties(lake, "Own_cells")["write.merge.mode"]
