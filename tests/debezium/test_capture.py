@@ -462,7 +462,11 @@ def test_a_killed_capture_loses_nothing_and_may_deliver_again(database, tmp_path
 
         writer = threading.Thread(target=write)
         writer.start()
-        wait_for(lambda: len(layout(output).get((f"{PREFIX}.public.items", 0), [])) >= 40, 30, "some items")
+        # Killed right after seeing a file open (between rotations, every 300 ms, none is: on a
+        # slow machine the items come in bursts, and a kill between them tests less).
+        wait_for(lambda: len(layout(output).get((f"{PREFIX}.public.items", 0), [])) >= 40
+                 and (output / "_tmp").is_dir() and any((output / "_tmp").iterdir()), 30,
+                 "some items and an open file")
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.communicate()
