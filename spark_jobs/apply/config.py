@@ -112,11 +112,10 @@ class TableName:
             raise ApplyConfigError(
                 f"table name {qualified!r} is not <catalog>.<namespace>.<name>: give all three parts"
             )
-        try:
-            catalog, namespace, name = (validate_identifier("Iceberg name part", part) for part in parts)
+        try:  # the namespace and name as the config's own table names are checked
+            return _table(validate_identifier("Iceberg catalog", parts[0]), ".".join(parts[1:]), None, "table")
         except InvalidIdentifierError as error:
             raise ApplyConfigError(f"table name {qualified!r}: {error}") from error
-        return cls(catalog, namespace, name)
 
     def with_suffix(self, suffix: str) -> TableName:
         name = validate_identifier("Iceberg table name", self.name + suffix)
