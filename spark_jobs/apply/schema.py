@@ -346,12 +346,10 @@ def prepare_target(spark: SparkSession, plan: TablePlan, stream: str, write_mode
         f"'format-version' = '2', '{KEY_COLUMNS_PROPERTY}' = {string(json.dumps(list(plan.key_names)))}, "
         f"'airflow-cdc.stream' = '{validate_identifier('stream id', stream)}', {modes}"
     )
-    if plan.target_exists and plan.target_properties.get(WRITE_MODE_PROPERTY, "copy-on-write") != write_mode:
-        # The mode changed in the config: the tables that exist take it now (a metadata
-        # change, no snapshot); the ones created below are created with it.
-        for table in (plan.target, plan.tombstones, plan.history_table):
-            if spark.catalog.tableExists(table.qualified):
-                spark.sql(f"ALTER TABLE {table.sql} SET TBLPROPERTIES ({modes})")
+    if plan.target_exists and write_mode_of(plan.target_properties) != write_mode:
+        # The mode changed in the config: the tables that exist take it now; the ones
+        # created below are created with it.
+        set_write_mode(spark, [plan.target, plan.tombstones, plan.history_table], write_mode)
     cdc = [f"{_quoted(n)} {t} COMMENT {string(c)}" for n, t, c in CDC_COLUMNS]
     _create(spark, plan.target, [f"{_quoted(n)} {t}" for n, t in keys + business] + cdc, properties)
     _create(spark, plan.tombstones, [f"{_quoted(n)} {t}" for n, t in keys] + cdc, properties)
@@ -376,6 +374,26 @@ def write_mode_properties(write_mode: str) -> str:
     if write_mode not in WRITE_MODES:
         raise ValueError(f"write mode {write_mode!r} is not one of {list(WRITE_MODES)}")
     return ", ".join(f"'{key}' = '{write_mode}'" for key in _WRITE_MODE_PROPERTIES)
+
+
+def write_mode_of(properties: Mapping[str, str]) -> str:
+    """The write mode a table's ``properties`` give its MERGEs (Iceberg's default when unset)."""
+    return properties.get(WRITE_MODE_PROPERTY, "copy-on-write")
+
+
+def set_write_mode(spark: SparkSession, tables: Iterable[TableName], write_mode: str) -> None:
+    """Those of ``tables`` that exist take ``write_mode`` (a metadata change, no snapshot)."""
+    modes = write_mode_properties(write_mode)
+    for table in tables:
+        if spark.catalog.tableExists(table.qualified):
+            spark.sql(f"ALTER TABLE {table.sql} SET TBLPROPERTIES ({modes})")
+
+
+def table_properties(spark: SparkSession, table: TableName) -> dict[str, str] | None:
+    """The table properties of ``table`` (None when it does not exist)."""
+    if not spark.catalog.tableExists(table.qualified):
+        return None
+    return {row.key: row.value for row in spark.sql(f"SHOW TBLPROPERTIES {table.sql}").collect()}
 
 
 def _create(spark: SparkSession, table: TableName, columns: list[str], properties: str) -> None:

@@ -17,8 +17,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from spark_jobs.apply import compaction
 from spark_jobs.apply.config import ApplyConfig, TableName
-from spark_jobs.apply.schema import WRITE_MODE_PROPERTY, write_mode_properties
-from spark_jobs.apply.truncates import target_properties
+from spark_jobs.apply.schema import set_write_mode, table_properties, write_mode_of, write_mode_properties
 from spark_jobs.commits import (
     current_snapshot_id,
     sql_tagged,
@@ -42,11 +41,12 @@ class WindowTables:
         config's write mode; an existing table in another mode takes it now (a metadata change,
         no snapshot), as a target does."""
         table = TableName.parse(qualified)
-        modes = write_mode_properties(self.config.write_mode)
-        if self.spark.catalog.tableExists(table.qualified):
-            if target_properties(self.spark, table).get(WRITE_MODE_PROPERTY, "copy-on-write") != self.config.write_mode:
-                self.spark.sql(f"ALTER TABLE {table.sql} SET TBLPROPERTIES ({modes})")
+        properties = table_properties(self.spark, table)
+        if properties is not None:
+            if write_mode_of(properties) != self.config.write_mode:
+                set_write_mode(self.spark, [table], self.config.write_mode)
             return
+        modes = write_mode_properties(self.config.write_mode)
         self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS `{table.catalog}`.`{table.namespace}`")
         partitioning = f"PARTITIONED BY ({partitioned_by}) " if partitioned_by else ""
         self.spark.sql(f"CREATE TABLE IF NOT EXISTS {table.sql} ({columns}) USING iceberg {partitioning}"

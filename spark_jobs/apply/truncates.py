@@ -37,6 +37,7 @@ from pyspark.sql import functions as F
 from airflow_cdc.model import InvalidIdentifierError, Op, format_ts
 from spark_jobs.apply.config import ApplyConfig, TableName
 from spark_jobs.apply.result import ApplyResult, TableResult
+from spark_jobs.apply.schema import table_properties
 from spark_jobs.apply.sql import string
 from spark_jobs.commits import sql_tagged, summary_with
 
@@ -100,13 +101,6 @@ def recorded_guard(properties: Mapping[str, str]) -> bytes | None:
         return None
 
 
-def target_properties(spark: SparkSession, target: TableName) -> dict[str, str]:
-    """The table properties of ``target`` ({} when it does not exist)."""
-    if not spark.catalog.tableExists(target.qualified):
-        return {}
-    return {row.key: row.value for row in spark.sql(f"SHOW TBLPROPERTIES {target.sql}").collect()}
-
-
 def table_guard(properties: Mapping[str, str], truncation: Truncation | None) -> bytes | None:
     """The table's guard: the greater of the one its target records (``properties``) and
     this window's truncate."""
@@ -140,7 +134,7 @@ def commit_truncates(
         table_result.truncates = truncation.count
         if not spark.catalog.tableExists(target.qualified):
             continue  # nothing written yet, so nothing to remove; later rows follow the guard
-        properties = target_properties(spark, target)
+        properties = table_properties(spark, target) or {}
         guard = table_guard(properties, truncation)
         _truncate(spark, config, target, guard, table_result)
         history = target.with_suffix("__history")
