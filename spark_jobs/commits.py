@@ -12,10 +12,12 @@ catalog (no Spark job), and so are the window's earlier commits; the search of t
 table is the fallback.
 
 Two jobs of the same window at once (an orphaned spark-submit and the task's retry) both
-find the commit missing; each commit is then made once: a MERGE conflicts in Iceberg's
-optimistic concurrency, an append is checked against the snapshot its job read
-(``append_tagged(read_at=...)``), and the loser takes the winner's tagged commit as its own
-(:func:`concurrent_window_commit`).
+find the commit missing; each commit is then made once: a MERGE that read the table before
+the winner's commit conflicts in Iceberg's optimistic concurrency, an append is checked
+against the snapshot its job read (``append_tagged(read_at=...)``), and the loser takes the
+winner's tagged commit as its own (:func:`concurrent_window_commit`). A MERGE that would read
+the table after the winner's commit conflicts with nothing: the apply looks for the window's
+commit again right before it (``apply/table_commits.py``).
 
 Appends are tagged with the writer option ``snapshot-property.<key>``. SQL ``MERGE`` on the
 Iceberg 1.10 / Spark 3.5 runtime ignores the session conf ``spark.sql.iceberg.snapshot-property.*``,

@@ -19,6 +19,7 @@ from spark_jobs.apply import compaction
 from spark_jobs.apply.config import ApplyConfig, TableName
 from spark_jobs.apply.schema import set_write_mode, table_properties, write_mode_of, write_mode_properties
 from spark_jobs.commits import (
+    concurrent_window_commit,
     current_snapshot_id,
     sql_tagged,
     table_before,
@@ -75,7 +76,13 @@ class WindowTables:
               counts: Mapping[str, object]) -> None:
         """One MERGE of ``frame`` into ``table``, tagged with the window and ``counts``: rows
         whose ``action`` is ``D`` delete the matching row, ``U`` rows update or insert it.
-        Key columns compare NULL-safe."""
+        Key columns compare NULL-safe. Another apply of the window (an orphaned job, the task's
+        retry) may have made this commit since the source looked: its commit is then the
+        window's, and this MERGE is not run, or, when the two race, refused by Iceberg and
+        given up (``apply/table_commits.py``, module doc)."""
+        window_id = self.config.window_id
+        if window_commit(self.spark, table, window_id) is not None:
+            return
         view = f"cdc_window_merge_{next(_VIEWS)}"
         frame.createOrReplaceTempView(view)
         columns = [c for c in frame.columns if c != "action"]
@@ -90,6 +97,9 @@ class WindowTables:
             + f"WHEN NOT MATCHED AND s.action = 'U' THEN INSERT ({names}) VALUES ({values})"
         )
         try:
-            sql_tagged(self.spark, statement, window_properties(self.config.window_id, counts))
+            sql_tagged(self.spark, statement, window_properties(window_id, counts))
+        except Exception as error:
+            if concurrent_window_commit(self.spark, table, window_id, error) is None:
+                raise
         finally:
             self.spark.catalog.dropTempView(view)

@@ -7,7 +7,14 @@ without rows yet is appended to instead of merged (its first window, often an in
 snapshot, is the largest). A crash leaves any subset of these commits made; the re-run
 recomputes the same outcome from the same pre-window state and makes only the missing ones.
 Two applies of the window at once make each commit once: the one that loses a commit's race
-(an Iceberg conflict) takes the winner's tagged commit as its own.
+takes the winner's tagged commit as its own. It loses it in one of two ways. Its MERGE read
+the table before the winner's commit: Iceberg refuses its commit as a conflict. Or the
+winner committed first (an orphaned job that folded the window long ago, the retry that
+caught up): a MERGE reading the table after that commit conflicts with nothing, so each
+commit looks for the window's commit once more right before its MERGE, and finds it.
+Between that look and the MERGE's read a race remains, milliseconds wide; a MERGE in it
+changes no row, as every MERGE here skips what is not newer than the table (``targets.py``),
+and only adds a second snapshot tagged with the window (the oldest is the window's).
 
 Performance strategies, each behind its own interface: the commits run side by side
 (``commit_threads.py``), and a target MERGE that rewrites nearly every file skips the search
@@ -34,7 +41,7 @@ from spark_jobs.apply.targets import (
     merge_target,
     merge_tombstones,
 )
-from spark_jobs.commits import concurrent_window_commit, own_window_commit, window_properties
+from spark_jobs.commits import concurrent_window_commit, own_window_commit, window_commit, window_properties
 
 _FAULT_NAMES = {"target": "target", "tombstones": "tombstone", "history": "history"}
 _COUNTS = (
@@ -86,6 +93,13 @@ def commit_table(spark: SparkSession, config: ApplyConfig, work: TableWork) -> N
 
     def commit(role: str, table: TableName, run: Callable[[], None]) -> None:
         fault(config, f"fail_{_FAULT_NAMES[role]}_commit")
+        # Another apply of the window (an orphaned job, the task's retry) may have made this
+        # commit since the fold read the table: its MERGE would then read the window's rows
+        # and conflict with nothing. Its commit is the window's (module doc).
+        made = window_commit(spark, table.qualified, window_id)
+        if made is not None:
+            work.commits[role] = made
+            return
         try:
             run()
         except Exception as error:

@@ -267,10 +267,13 @@ def history_source(
         F.lead("commit_ts").over(ordered).alias("valid_to"),
         F.col("__is_delete"),
     ).where(~F.col("__is_delete")).drop("__is_delete").withColumn("__kind", F.lit("version"))
-    closes = live.groupBy("__key").agg(F.min_by("commit_ts", "ordering_key").alias("valid_to")).select(
+    # A close carries the key's first change of the window as its _cdc_seq: it closes only an
+    # open version older than that, so the MERGE run again on its own result changes nothing.
+    closes = live.groupBy("__key").agg(F.min_by("commit_ts", "ordering_key").alias("valid_to"),
+                                       F.min("ordering_key").alias("_cdc_seq")).select(
         *_key_columns(plan),
         *[F.lit(None).cast(t).alias(n) for n, t in plan.columns.items()],
-        F.lit(None).cast("binary").alias("_cdc_seq"),
+        F.col("_cdc_seq"),
         F.lit(None).cast("timestamp").alias("_cdc_commit_ts"),
         F.lit(window_id).alias("_cdc_window"),
         F.lit(None).cast("string").alias("_cdc_op"),
@@ -295,7 +298,8 @@ def merge_history(
         sql_tagged(
             folded.sparkSession,
             f"MERGE INTO {plan.history_table.sql} t USING {view} s ON {_key_match(plan)} AND "
-            f"((s.__kind = 'close' AND t.valid_to IS NULL) OR (s.__kind = 'version' AND t._cdc_seq = s._cdc_seq)) "
+            f"((s.__kind = 'close' AND t.valid_to IS NULL AND (t._cdc_seq IS NULL OR t._cdc_seq < s._cdc_seq)) "
+            f"OR (s.__kind = 'version' AND t._cdc_seq = s._cdc_seq)) "
             f"WHEN MATCHED AND s.__kind = 'close' THEN UPDATE SET t.valid_to = s.valid_to "
             f"WHEN NOT MATCHED AND s.__kind = 'version' THEN INSERT ({', '.join(map(quoted, columns))}) "
             f"VALUES ({', '.join('s.' + quoted(c) for c in columns)})",

@@ -58,3 +58,32 @@ def test_the_open_versions_of_the_history_are_the_target(applied):
         if r["valid_to"] is None
     ]
     assert normalized(current) == normalized(lake.rows("Items"))
+
+
+
+def test_the_history_merge_run_again_on_its_own_result_changes_no_version(module_lake, monkeypatch):
+    """A window's history MERGE run a second time, reading the table after the first one's
+    commit (the race ``table_commits`` narrows to milliseconds), leaves the history as it was."""
+    import spark_jobs.apply.table_commits as table_commits
+
+    lake = module_lake.sibling("history_again")
+    items = Changes("Items", TYPES)
+    items.add(W0, "INSERT", 1, {"v": "a", "n": 1}, when=at(0, 1))
+    items.add(W0, "INSERT", 2, {"v": "x", "n": 2}, when=at(0, 2))
+    items.add(W1, "UPDATE", 1, {"v": "b", "n": 3}, when=at(1, 2))
+    items.add(W1, "INSERT", 3, {"v": "c", "n": 5}, when=at(1, 4))
+    lake.write(items)
+    lake.apply(W0, targets={"history": ["Items"]})
+    seen = []
+    merge_history = table_commits.merge_history
+
+    def twice(*args):
+        merge_history(*args)
+        seen.append(versions(lake.rows("Items__history")))
+        merge_history(*args[:-1], {})  # untagged: the window's commit stays the first one
+        seen.append(versions(lake.rows("Items__history")))
+
+    monkeypatch.setattr(table_commits, "merge_history", twice)
+    lake.apply(W1, targets={"history": ["Items"]})
+    once, again = seen
+    assert len(once) == 4 and again == once

@@ -129,3 +129,97 @@ def test_two_applies_of_a_later_window_at_once_merge_it_as_one_apply(applied):
     first, second = applied["W1 raced"]
     assert first.status == second.status == "applied"
     assert first.dead_letter_snapshot_id == second.dead_letter_snapshot_id
+
+
+# --- an orphaned apply committing after the retry compacted ----------------------------------
+MERGE_ON_READ = {**OPTIONS, "targets": {"history": True, "write_mode": "merge-on-read", "compact_delete_files": 1}}
+
+
+def orphan_after_compaction(lake: Lake, win, monkeypatch, look_again: bool = True) -> dict:
+    """An orphaned apply of ``win`` folds the window and waits, before its commits, until the
+    task's retry has applied the window whole, its compaction included; then it commits.
+    ``look_again=False``: the orphan's last look for the window's commits, right before each
+    MERGE, finds none (the retry's commit landed just after it). Returns both results."""
+    import spark_jobs.apply.job as job
+    import spark_jobs.apply.table_commits as table_commits
+
+    folded, retried = threading.Event(), threading.Event()
+    commit_table = job.commit_table
+
+    def held(*args, **kwargs):
+        if threading.current_thread().name == "orphan":
+            folded.set()
+            assert retried.wait(300), "the retry never finished"
+        else:
+            assert folded.wait(300), "the orphan never folded the window"
+        return commit_table(*args, **kwargs)
+
+    outcomes: dict = {}
+
+    def apply(name: str) -> None:
+        try:
+            outcomes[name] = lake.apply(win, **MERGE_ON_READ)
+        except BaseException as error:  # reported below
+            outcomes[name] = error
+        finally:
+            if name == "retry":
+                retried.set()
+            else:
+                folded.set()
+
+    window_commit = table_commits.window_commit
+
+    def look(*args, **kwargs):
+        if not look_again and threading.current_thread().name == "orphan":
+            return None
+        return window_commit(*args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(job, "commit_table", held)
+        patched.setattr(table_commits, "window_commit", look)
+        threads = [threading.Thread(target=apply, args=(name,), name=name) for name in ("orphan", "retry")]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    errors = {name: o for name, o in outcomes.items() if isinstance(o, BaseException)}
+    assert not errors, errors
+    return outcomes
+
+
+@pytest.fixture(scope="module")
+def compacted(spark, warehouse):
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        once = Lake(spark, warehouse, "races_compact_once")
+        raced = Lake(spark, warehouse, "races_compact_raced")
+        for lake in (once, raced):
+            lake.write(history())
+            lake.apply(W0, **MERGE_ON_READ)
+        once.apply(W1, **MERGE_ON_READ)
+        outcomes = orphan_after_compaction(raced, W1, monkeypatch)
+        late = Lake(spark, warehouse, "races_compact_late")
+        late.write(history())
+        late.apply(W0, **MERGE_ON_READ)
+        late_outcomes = orphan_after_compaction(late, W1, monkeypatch, look_again=False)
+        yield {"once": contents(once), "raced": contents(raced), "outcomes": outcomes,
+               "W1 tags": {table: tagged(raced, table, W1) for table in TABLES},
+               "late": contents(late), "late outcomes": late_outcomes}
+
+
+def test_an_orphaned_apply_committing_after_the_retrys_compaction_leaves_every_table_as_one_apply(compacted):
+    assert compacted["raced"] == compacted["once"]
+    assert compacted["W1 tags"] == {table: 1 for table in TABLES}
+
+
+def test_the_retry_compacts_and_the_orphan_takes_its_commits_both_applied_without_compaction_errors(compacted):
+    retry, orphan = compacted["outcomes"]["retry"], compacted["outcomes"]["orphan"]
+    assert retry.status == orphan.status == "applied"
+    [retried], [orphaned] = retry.tables, orphan.tables
+    assert retried.compacted_tables and not retried.compaction_errors
+    assert not orphaned.compaction_errors
+    assert (orphaned.upserts, orphaned.deletes) == (retried.upserts, retried.deletes)
+
+
+def test_an_orphaned_merge_reading_the_table_after_the_retrys_commit_changes_no_row(compacted):
+    assert compacted["late"] == compacted["once"]
+    assert {name: r.status for name, r in compacted["late outcomes"].items()} == {"orphan": "applied", "retry": "applied"}
