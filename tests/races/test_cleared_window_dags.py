@@ -2,7 +2,9 @@
 
 The example Spanner DAG against the Spanner emulator, every DAG run its own OS process
 (``run_dag.py``). Window W1's apply is killed with its spark-submit after its first target
-commit (crash point ``apply.after_target_commit``): W1's run fails, W1 stays COMMITTED. W2's
+commit (crash point ``apply.after_target_commit``): W1's run fails, W1 stays COMMITTED. That
+run applies in a Spark application of its own (``CDC_FUSE_APPLY=false``): fused into the
+extract's, as by default, the crash would kill the extract task and leave W1 uncommitted. W2's
 run starts; once W2 is planned, W1 is cleared and run again (same run id, so the same lease
 owner) at the same time. W1's re-run skips extract and commit and applies; W2's apply either
 finds W1 applied or is refused naming it (then W2 is cleared and run again). The windows
@@ -49,8 +51,8 @@ def cleared(airflow_db, tmp_path_factory):
         sync_dags(world.env)
         armed = base / "armed"
         armed.write_text(CRASH)
-        crashed = start_dag_run({**world.env, POINT_ENV: CRASH, ARMED_ENV: str(armed)}, DAG_ID,
-                                w1_end, base / "w1-crashed.log").result()
+        crashed = start_dag_run({**world.env, POINT_ENV: CRASH, ARMED_ENV: str(armed), "CDC_FUSE_APPLY": "false"},
+                                DAG_ID, w1_end, base / "w1-crashed.log").result()
         store = StateStore(world.env["AIRFLOW_CDC_STATE_URL"])
         after_crash = store.get_window(world.stream_id, w1_end - world.window).state
         next_run = start_dag_run(world.env, DAG_ID, w2_end, base / "w2.log")
