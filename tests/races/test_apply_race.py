@@ -56,6 +56,15 @@ def tagged(lake: Lake, table: str, win) -> int:
     return sum(s["summary"].get(WINDOW_SNAPSHOT_PROPERTY) == win.window_id for s in lake.snapshots(table))
 
 
+def at_once(run, keys: list) -> None:
+    """``run(key)`` for each of ``keys`` in a thread of its own (named after the key), at once."""
+    threads = [threading.Thread(target=run, args=(key,), name=str(key)) for key in keys]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def race(lake: Lake, win, monkeypatch) -> list:
     """Two applies of ``win`` in two threads, held together before each commit step."""
     import spark_jobs.apply.job as job
@@ -81,11 +90,7 @@ def race(lake: Lake, win, monkeypatch) -> list:
                 barrier.abort()
                 outcomes[index] = error
 
-        threads = [threading.Thread(target=apply, args=(i,)) for i in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        at_once(apply, [0, 1])
     errors = [o for o in outcomes if isinstance(o, BaseException)]
     assert not errors, errors
     return outcomes
@@ -177,11 +182,7 @@ def orphan_after_compaction(lake: Lake, win, monkeypatch, look_again: bool = Tru
     with monkeypatch.context() as patched:
         patched.setattr(job, "commit_table", held)
         patched.setattr(table_commits, "window_commit", look)
-        threads = [threading.Thread(target=apply, args=(name,), name=name) for name in ("orphan", "retry")]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        at_once(apply, ["orphan", "retry"])
     errors = {name: o for name, o in outcomes.items() if isinstance(o, BaseException)}
     assert not errors, errors
     return outcomes
