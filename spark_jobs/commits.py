@@ -292,6 +292,27 @@ def concurrent_window_commit(
     return window_commit(spark, table, window_id)
 
 
+def commit_once(spark: SparkSession, table: str, window_id: str, make) -> WindowCommit | None:
+    """Make the window's commit of ``table`` with ``make()``, unless another job of the window
+    made it: that job's commit, found right before ``make`` (a MERGE reading the table after
+    it would conflict with nothing) or by the conflict ``make`` ran into
+    (:func:`commit_or_take`). None: ``make`` made it."""
+    return window_commit(spark, table, window_id) or commit_or_take(spark, table, window_id, make)
+
+
+def commit_or_take(spark: SparkSession, table: str, window_id: str, make) -> WindowCommit | None:
+    """``make()`` the window's commit of ``table``; when it fails as a conflict with another
+    job's commit of the window, that commit (:func:`concurrent_window_commit`), else None."""
+    try:
+        make()
+    except Exception as error:
+        concurrent = concurrent_window_commit(spark, table, window_id, error)
+        if concurrent is None:
+            raise
+        return concurrent
+    return None
+
+
 def is_commit_conflict(error: BaseException) -> bool:
     """Whether ``error`` (from a Spark write or SQL statement) is Iceberg refusing a commit
     because the table changed after the job read it (its cause chain, Java and Python)."""

@@ -19,7 +19,7 @@ from spark_jobs.apply import compaction
 from spark_jobs.apply.config import ApplyConfig, TableName
 from spark_jobs.apply.schema import set_write_mode, table_properties, write_mode_of, write_mode_properties
 from spark_jobs.commits import (
-    concurrent_window_commit,
+    commit_once,
     current_snapshot_id,
     sql_tagged,
     table_before,
@@ -81,10 +81,7 @@ class WindowTables:
         window's, and this MERGE is not run, or, when the two race, refused by Iceberg and
         given up (``apply/table_commits.py``, module doc)."""
         window_id = self.config.window_id
-        if window_commit(self.spark, table, window_id) is not None:
-            return
         view = f"cdc_window_merge_{next(_VIEWS)}"
-        frame.createOrReplaceTempView(view)
         columns = [c for c in frame.columns if c != "action"]
         on = " AND ".join(f"t.`{c}` <=> s.`{c}`" for c in key_columns)
         sets = ", ".join(f"t.`{c}` = s.`{c}`" for c in columns if c not in key_columns)
@@ -96,10 +93,9 @@ class WindowTables:
             + (f"WHEN MATCHED THEN UPDATE SET {sets} " if sets else "")
             + f"WHEN NOT MATCHED AND s.action = 'U' THEN INSERT ({names}) VALUES ({values})"
         )
+        frame.createOrReplaceTempView(view)
         try:
-            sql_tagged(self.spark, statement, window_properties(window_id, counts))
-        except Exception as error:
-            if concurrent_window_commit(self.spark, table, window_id, error) is None:
-                raise
+            commit_once(self.spark, table, window_id,
+                        lambda: sql_tagged(self.spark, statement, window_properties(window_id, counts)))
         finally:
             self.spark.catalog.dropTempView(view)

@@ -41,7 +41,7 @@ from spark_jobs.apply.targets import (
     merge_target,
     merge_tombstones,
 )
-from spark_jobs.commits import concurrent_window_commit, own_window_commit, window_commit, window_properties
+from spark_jobs.commits import commit_once, own_window_commit, window_properties
 
 _FAULT_NAMES = {"target": "target", "tombstones": "tombstone", "history": "history"}
 _COUNTS = (
@@ -94,21 +94,10 @@ def commit_table(spark: SparkSession, config: ApplyConfig, work: TableWork) -> N
     def commit(role: str, table: TableName, run: Callable[[], None]) -> None:
         fault(config, f"fail_{_FAULT_NAMES[role]}_commit")
         # Another apply of the window (an orphaned job, the task's retry) may have made this
-        # commit since the fold read the table: its MERGE would then read the window's rows
-        # and conflict with nothing. Its commit is the window's (module doc).
-        made = window_commit(spark, table.qualified, window_id)
-        if made is not None:
-            work.commits[role] = made
-            return
-        try:
-            run()
-        except Exception as error:
-            # Another apply of this window committed the table first (a race): its commit,
-            # computed from the same pre-window snapshot, is this window's.
-            concurrent = concurrent_window_commit(spark, table.qualified, window_id, error)
-            if concurrent is None:
-                raise
-            work.commits[role] = concurrent
+        # commit since the fold read the table: its commit is the window's (module doc).
+        other = commit_once(spark, table.qualified, window_id, run)
+        if other is not None:
+            work.commits[role] = other
             return
         work.commits[role] = own_window_commit(spark, table.qualified, window_id)
         if role == "target":

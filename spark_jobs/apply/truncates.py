@@ -132,9 +132,9 @@ def commit_truncates(
             table_result = TableResult(source_table=source_table, target_table=target.qualified)
             result.tables.append(table_result)
         table_result.truncates = truncation.count
-        if not spark.catalog.tableExists(target.qualified):
+        properties = table_properties(spark, target)
+        if properties is None:
             continue  # nothing written yet, so nothing to remove; later rows follow the guard
-        properties = table_properties(spark, target) or {}
         guard = table_guard(properties, truncation)
         _truncate(spark, config, target, guard, table_result)
         history = target.with_suffix("__history")

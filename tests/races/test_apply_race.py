@@ -172,16 +172,16 @@ def orphan_after_compaction(lake: Lake, win, monkeypatch, look_again: bool = Tru
             else:
                 folded.set()
 
-    window_commit = table_commits.window_commit
+    from spark_jobs.commits import commit_once, commit_or_take
 
-    def look(*args, **kwargs):
+    def look(*args, **kwargs):  # the orphan without its last look: it makes the commit or conflicts
         if not look_again and threading.current_thread().name == "orphan":
-            return None
-        return window_commit(*args, **kwargs)
+            return commit_or_take(*args, **kwargs)
+        return commit_once(*args, **kwargs)
 
     with monkeypatch.context() as patched:
         patched.setattr(job, "commit_table", held)
-        patched.setattr(table_commits, "window_commit", look)
+        patched.setattr(table_commits, "commit_once", look)
         at_once(apply, ["orphan", "retry"])
     errors = {name: o for name, o in outcomes.items() if isinstance(o, BaseException)}
     assert not errors, errors
