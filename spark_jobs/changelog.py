@@ -297,6 +297,8 @@ def append_window(
     read_at: int | None | object = UNCHECKED,
 ) -> int:
     """Append ``frame`` to ``table`` in ONE commit tagged with ``window_id``; return its snapshot id.
+    ``frame``: a DataFrame of the changelog's columns, or the changelog files a window's read
+    tasks wrote (``spark_jobs.changelog_files.ChangelogFiles``).
 
     ``extra_properties`` go into the same snapshot summary (e.g. the extract job's outcome
     file), so they are committed atomically with the rows; they cannot replace the window tag.
@@ -308,7 +310,10 @@ def append_window(
     if declarations is not None:
         extra.update(declarations_properties(declarations))
     properties = {**extra, WINDOW_SNAPSHOT_PROPERTY: window_id}
-    append_tagged(frame, table, properties, read_at, write_options=WINDOW_WRITE_OPTIONS)
+    if isinstance(frame, DataFrame):
+        append_tagged(frame, table, properties, read_at, write_options=WINDOW_WRITE_OPTIONS)
+    else:  # files the read tasks wrote (spark_jobs.changelog_files.ChangelogFiles)
+        frame.append(spark, table, properties, read_at)
     committed = own_window_commit(spark, table, window_id)
     if committed is None:  # the commit just made must carry the tag
         raise CdcError(f"append to {table} made no snapshot tagged {window_id!r}")

@@ -115,22 +115,35 @@ def cycle_collector_paused():
             gc.enable()
 
 
-def read_positions(plan_json: str, batches):
+def read_positions(plan_json: str, batches, sink=None):
     """Runs on an executor (``mapInArrow``): read the partitions of the positions in ``batches``
     (JSON texts), one after the other; each read leaves as Arrow batches of the read frame
-    (:mod:`airflow_cdc.sources.read_frame`)."""
-    from airflow_cdc.sources.read_frame import bad_row_dead_letter, partition_batches
+    (:mod:`airflow_cdc.sources.read_frame`). With ``sink`` (a ``FileSink``), the rows are
+    written to the changelog's files instead, which leave as the task's last batch."""
+    from airflow_cdc.sources.changelog_files import TaskFiles
+    from airflow_cdc.sources.read_frame import bad_row_dead_letter, files_batch, partition_batches
 
     plan = _parsed_plan(plan_json)
     window = plan.window
+    files = None if sink is None else TaskFiles(sink)
 
     def bad_row(row, error):
         return bad_row_dead_letter(window.stream_id, window.window_id, row, error)
 
-    for batch in batches:
-        for position in batch.column(0).to_pylist():
-            outcome, tallies, rows, dead, counts = read_partition_task(plan_json, json.loads(position))
-            yield from partition_batches(outcome, tallies, rows, dead, counts, bad_row)
+    try:
+        for batch in batches:
+            for position in batch.column(0).to_pylist():
+                outcome, tallies, rows, dead, counts = read_partition_task(plan_json, json.loads(position))
+                yield from partition_batches(outcome, tallies, rows, dead, counts, bad_row,
+                                             None if files is None else files.write)
+        if files is not None:
+            written, declared, held = files.close()
+            yield from held  # a small read's rows: the driver has them written with others
+            yield files_batch(written, declared)
+    except BaseException:
+        if files is not None:
+            files.abort()
+        raise
 
 
 def _log_progress_to_stderr() -> None:
@@ -158,9 +171,11 @@ def report_round(window, round_number: int, results) -> None:
         )
 
 
-def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
+def read_partitions(spark, plan: WindowPlanFile, sink=None) -> WindowRead:
     """Step 2-3 for a source that reads partitions: rounds of Spark tasks, each reading its
-    share of the round's partitions into the round's read frame (:mod:`airflow_cdc.sources.read_frame`)."""
+    share of the round's partitions into the round's read frame (:mod:`airflow_cdc.sources.read_frame`).
+    With ``sink`` (``spark_jobs.changelog_files.file_sink``) the tasks write the rows to the
+    changelog's files, and the read's ``rows`` are those files (``ChangelogFiles``)."""
     from airflow_cdc.pipeline.files import position_to_json
     from airflow_cdc.sources import read_frame
 
@@ -180,7 +195,7 @@ def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
             ),
             "position string",
         )
-        frame = read_frame.kept(positions.mapInArrow(functools.partial(read_positions, plan_json),
+        frame = read_frame.kept(positions.mapInArrow(functools.partial(read_positions, plan_json, sink=sink),
                                                      read_frame.read_schema()))
         frames.append(frame)
         # Only the outcomes and counts come to the driver: rows, dead letters and transaction
@@ -209,7 +224,19 @@ def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
                  else check_transactions_on_executors)
         transactions = check(_union([read_frame.tallies_of(f) for f in frames]), plan.window, outcomes)
     source.check_partitions(outcomes, lineage.still_pending)
-    if frames:
+    if sink is not None:
+        from spark_jobs.changelog_files import ChangelogFiles
+
+        written = [read_frame.files_of(f) for f in frames]
+        files = [f for files, _ in written for f in files]
+        declared = [d for _, declared in written for d in declared]
+        held = totals["rows"] - sum(f.rows for f in files)
+        if held:  # small reads handed their rows over: written in about a file per core
+            more, more_declared = write_rows(fitted(_union([read_frame.rows_of(f) for f in frames]), held), sink)
+            files += more
+            declared += more_declared
+        rows = ChangelogFiles(tuple(files), tuple(declared))
+    elif frames:
         rows = fitted(_union([read_frame.rows_of(f) for f in frames]), totals["rows"])
     else:  # a plan without partitions to read (none in the window): no rows
         rows = spark.createDataFrame([], read_frame.read_schema()).select(*read_frame.CHANGELOG_NAMES)
@@ -233,6 +260,32 @@ def read_partitions(spark, plan: WindowPlanFile) -> WindowRead:
         pending_children=tuple(lineage.still_pending),
         kept=tuple(frames),
     )
+
+
+def write_rows(rows, sink) -> tuple[list, list]:
+    """Write ``rows`` (a frame of changelog rows) to the changelog's files, a file per
+    partition of ``rows`` and day, on the executors; returns the files and declarations."""
+    from airflow_cdc.sources import read_frame
+
+    written = rows.mapInArrow(functools.partial(write_batches, sink), read_frame.read_schema())
+    return read_frame.files_of(written)
+
+
+def write_batches(sink, batches):
+    """Runs on an executor (``mapInArrow``): ``batches`` of changelog rows into the
+    changelog's files; yields them as one ``files`` row."""
+    from airflow_cdc.sources.changelog_files import TaskFiles
+    from airflow_cdc.sources.read_frame import files_batch
+
+    files = TaskFiles(sink, hold=False)
+    try:
+        for batch in batches:
+            files.write(batch)
+        written, declared, _ = files.close()
+    except BaseException:
+        files.abort()
+        raise
+    yield files_batch(written, declared)
 
 
 def fitted(frame, rows: int):
@@ -335,6 +388,7 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
         window_declarations,
     )
 
+    from spark_jobs.changelog_files import ChangelogFiles, file_sink
     from spark_jobs.checkpoints import release_checkpoint
     from spark_jobs.commits import current_snapshot_id
 
@@ -345,18 +399,25 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
         return recorded
 
     source = window_source(plan)
-    read = source.read_window(spark, plan) if source.read_window is not None else read_partitions(spark, plan)
-    from_read_frame = isinstance(read.rows, DataFrame)  # rows of the kept read frames
-    frame = read.rows if from_read_frame else spark.createDataFrame(read.rows, changelog_schema())
-    native = source.native_rows(spark, plan)
-    if native is not None:
-        frame = frame.unionByName(native)
-    frame = source.drop_repeats(spark, plan, frame)
-    cached = from_read_frame and frame is read.rows  # a second cache of the same rows costs, saves nothing
-    if not cached:
-        frame.persist(StorageLevel.MEMORY_AND_DISK)
-    checked = source.check_window(spark, plan, frame)  # raises: the window stays uncommitted
-    declarations = window_declarations(frame)  # one pass that counts the rows too
+    if source.read_window is not None:
+        read = source.read_window(spark, plan)
+    else:
+        read = read_partitions(spark, plan, file_sink(spark, table, source, plan.window.window_id))
+    if isinstance(read.rows, ChangelogFiles):  # written by the read tasks (changelog_files)
+        frame, cached, checked = read.rows, True, {}
+        declarations = frame.declarations()
+    else:
+        from_read_frame = isinstance(read.rows, DataFrame)  # rows of the kept read frames
+        frame = read.rows if from_read_frame else spark.createDataFrame(read.rows, changelog_schema())
+        native = source.native_rows(spark, plan)
+        if native is not None:
+            frame = frame.unionByName(native)
+        frame = source.drop_repeats(spark, plan, frame)
+        cached = from_read_frame and frame is read.rows  # a second cache of the same rows costs, saves nothing
+        if not cached:
+            frame.persist(StorageLevel.MEMORY_AND_DISK)
+        checked = source.check_window(spark, plan, frame)  # raises: the window stays uncommitted
+        declarations = window_declarations(frame)  # one pass that counts the rows too
     if read.dead_letters is not None:
         append_dead_letters(spark, plan, read.dead_letters)
     outcome = WindowOutcomeFile(

@@ -10,7 +10,10 @@ The read tasks (``mapInArrow``) return everything a read gives in one schema
 * ``key``: a key a reconciliation read found in a source table (:func:`key_batch`):
   ``partition_id`` names the table's partition, :data:`RECORD` holds the key's canonical text;
 * ``outcome``: a summary, pickled (:data:`OUTCOME`): a partition read's outcome and counts
-  (:func:`partition_batches`), or what a source's own read task counted (:func:`summary_batch`).
+  (:func:`partition_batches`), or what a source's own read task counted (:func:`summary_batch`);
+* ``files``: the changelog files a read task wrote itself and the column declarations of
+  their rows, pickled (:data:`OUTCOME`; :func:`files_batch`), in place of its ``row`` rows,
+  when the window's rows are written by the read tasks (:mod:`.changelog_files`).
 
 Who uses it: the extract job's partition reads (``spark_jobs/extract.py``, a round's positions
 read by :func:`spark_jobs.extract.read_positions`), and sources that read a whole window their
@@ -44,7 +47,7 @@ REASON = "_reason"
 EXPECTED = "_expected"
 RECORD = "_record"
 OUTCOME = "_outcome"
-ROW, DEAD, TALLY, KEY, SUMMARY = "row", "dead", "tally", "key", "outcome"
+ROW, DEAD, TALLY, KEY, SUMMARY, FILES = "row", "dead", "tally", "key", "outcome", "files"
 
 _EXTRA_COLUMNS = ((KIND, "string"), (REASON, "string"), (EXPECTED, "long"), (RECORD, "string"),
                   (OUTCOME, "binary"))
@@ -91,9 +94,11 @@ def _batch(kind: str, rows: int, columns: dict):
 
 
 def partition_batches(outcome, tallies, rows: list[tuple], dead: list[tuple], counts: dict,
-                      bad_row_dead_letter) -> Iterator:
+                      bad_row_dead_letter, rows_to=None) -> Iterator:
     """The Arrow batches of one partition read: its rows (changelog tuples), dead letters
     (changelog tuples and the reason), transaction tallies, and last its outcome and counts.
+    With ``rows_to``, the rows' batches go there (a task's changelog files,
+    :class:`.changelog_files.TaskFiles`) instead.
 
     A row Arrow cannot hold (text that is no Unicode, a value out of its type's range) becomes
     a dead letter through ``bad_row_dead_letter(row, error)``: one bad row never fails the read.
@@ -102,7 +107,10 @@ def partition_batches(outcome, tallies, rows: list[tuple], dead: list[tuple], co
     row_count = 0
     for batch in row_batches(rows, dead, bad_row_dead_letter):
         row_count += batch.num_rows
-        yield batch
+        if rows_to is None:
+            yield batch
+        else:
+            rows_to(batch)
     if dead:
         yield dead_batch(dead)
     records = [(t.transaction_id, t.expected_records, record, t.commit_ts)
@@ -143,6 +151,12 @@ def key_batch(partition_id: str, key_texts: Sequence[str]):
 def summary_batch(summary, partition_id: str | None = None):
     """One row holding ``summary`` pickled: what the driver collects of a read (:func:`summaries`)."""
     return _batch(SUMMARY, 1, {"partition_id": [partition_id], OUTCOME: [pickle.dumps(summary)]})
+
+
+def files_batch(files: Sequence, declarations: Sequence):
+    """One row holding a read task's changelog files and their rows' column declarations,
+    pickled (:func:`files_of` collects them)."""
+    return _batch(FILES, 1, {OUTCOME: [pickle.dumps((list(files), list(declarations)))]})
 
 
 def bad_row_dead_letter(stream: str, window_id: str, row: tuple, error: Exception) -> tuple:
@@ -201,6 +215,19 @@ def summaries(frame) -> list:
     from pyspark.sql import functions as F
 
     return [pickle.loads(r[0]) for r in frame.where(F.col(KIND) == SUMMARY).select(OUTCOME).collect()]
+
+
+def files_of(frame) -> tuple[list, list]:
+    """The changelog files the read tasks of ``frame`` wrote (:func:`files_batch`), and the
+    declarations of their rows, as two lists."""
+    from pyspark.sql import functions as F
+
+    files, declarations = [], []
+    for row in frame.where(F.col(KIND) == FILES).select(OUTCOME).collect():
+        written, declared = pickle.loads(row[0])
+        files.extend(written)
+        declarations.extend(declared)
+    return files, declarations
 
 
 def rows_of(frame):

@@ -15,7 +15,13 @@ from spark_jobs.extract import extract_window
 
 @pytest.fixture
 def pipeline(emulator, history, tmp_path):
+    return stream_pipeline(emulator, history, tmp_path)
+
+
+def stream_pipeline(emulator, history, folder):
     stream_id = f"s_{uuid.uuid4().hex[:8]}"
+    tmp_path = folder / stream_id
+    tmp_path.mkdir()
     store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
     store.migrate()
     config = StreamConfig(
@@ -148,6 +154,40 @@ def test_a_window_read_from_more_partitions_than_cores_is_committed_in_one_file_
         f"SELECT summary['added-data-files'] AS files FROM {changelog(spark, config)}.snapshots"
     ).collect()
     assert [int(r.files) <= cores for r in files] == [True]
+
+
+def changelog_rows(spark, table):
+    """The rows of a changelog table, comparable across streams (no stream, no window id)."""
+    columns = [f.name for f in spark.table(table).schema.fields if f.name not in ("stream", "window_id")]
+    return sorted((
+        tuple(tuple(sorted(v.items())) if isinstance(v, dict) else v for v in row)
+        for row in spark.table(table).select(*columns).collect()
+    ), key=repr)
+
+
+def test_rows_the_read_tasks_write_themselves_are_the_rows_spark_writes(
+    spark, emulator, history, tmp_path, monkeypatch
+):
+    import spark_jobs.extract
+
+    window_of = lambda config: next(windows_of(history, config.stream_id))  # noqa: E731
+    monkeypatch.setattr(spark_jobs.extract, "ROWS_PER_TASK", 4)  # every read task writes its files
+    store, direct = stream_pipeline(emulator, history, tmp_path)
+    written = run_window(spark, store, direct, window_of(direct))
+    monkeypatch.setenv("CDC_DIRECT_CHANGELOG", "false")
+    store, by_spark = stream_pipeline(emulator, history, tmp_path)
+    run_window(spark, store, by_spark, window_of(by_spark))
+
+    rows = changelog_rows(spark, changelog(spark, direct))
+    assert len(rows) == written["counts"]["changes"] > 0
+    assert rows == changelog_rows(spark, changelog(spark, by_spark))
+    summaries = [
+        spark.sql(f"SELECT summary FROM {changelog(spark, c)}.snapshots").collect()[0].summary
+        for c in (direct, by_spark)
+    ]
+    assert summaries[0]["airflow-cdc.declarations"] == summaries[1]["airflow-cdc.declarations"]
+    # a file per read task: Spark's write makes at most one per core (the test above)
+    assert int(summaries[0]["added-data-files"]) > spark.sparkContext.defaultParallelism
 
 
 @pytest.mark.parametrize("where", ["check_transactions_on_executors", "check_transactions_on_driver"])
