@@ -2,8 +2,8 @@
 files themselves, and the window's one tagged commit of those files.
 
 A performance strategy (the task side is :mod:`airflow_cdc.sources.changelog_files`).
-Saves: see the README's "The cost of a window" (``bench/extract.py --full``, measured with and
-without it in one session).
+Saves: ``bench/extract.py --full`` (1,001,088 changes, 16 partitions), one session: the extract
+job took 99.7 s without it, 89.9 s and 93.1 s with it (ratio to the raw client 0.56 -> 0.64, 0.62).
 
 When (:func:`file_sink`): the source reads partitions and hands every row on as it is (no
 ``native_rows``, ``drop_repeats`` or ``check_window`` of its own: Spanner's and Bigtable's

@@ -21,7 +21,9 @@ Procedure (ARCHITECTURE.md, window protocol step 2), the same for every source:
 4. Commit the window's dead letters to the stream's dead-letter table, once (marked with the
    window in the commit's summary).
 5. Append all rows in ONE changelog commit tagged with the window and carrying the outcome
-   in its snapshot summary, then write the outcome file for the commit task.
+   in its snapshot summary, then write the outcome file for the commit task. The rows of a
+   change stream's window are in files its read tasks wrote (a performance strategy:
+   :mod:`spark_jobs.changelog_files`); the commit lists them.
 6. With ``--apply-config``: apply the window in the same Spark application (the apply job
    with this session, :func:`apply_in_same_application`), so the apply task starts no Spark
    (a performance strategy: saves one Spark application per window, 75.2 s -> 61.6 s for a
