@@ -186,6 +186,8 @@ def read_partitions(spark, plan: WindowPlanFile, sink=None) -> WindowRead:
     source = window_source(plan)
     lineage = WindowLineage(plan.positions, plan.pending_children, source.resolve_child)
     frames = []
+    files: list = []  # changelog files the read tasks wrote (with a sink)
+    declared: list = []  # their rows' declarations
     totals = {"rows": 0, "tallies": 0, "dead": 0}
     source_counts: dict[str, int] = {}
 
@@ -203,7 +205,10 @@ def read_partitions(spark, plan: WindowPlanFile, sink=None) -> WindowRead:
         # Only the outcomes and counts come to the driver: rows, dead letters and transaction
         # tallies stay in the kept frame (the driver's memory must not grow with the window).
         results = []
-        for outcome, counts, rows, tallies, dead in read_frame.summaries(frame):
+        found, written, declarations = read_frame.summaries_and_files(frame)
+        files.extend(written)
+        declared.extend(declarations)
+        for outcome, counts, rows, tallies, dead in found:
             totals["rows"] += rows
             totals["tallies"] += tallies
             totals["dead"] += dead
@@ -226,12 +231,9 @@ def read_partitions(spark, plan: WindowPlanFile, sink=None) -> WindowRead:
                  else check_transactions_on_executors)
         transactions = check(_union([read_frame.tallies_of(f) for f in frames]), plan.window, outcomes)
     source.check_partitions(outcomes, lineage.still_pending)
-    if sink is not None:
+    if files:  # read tasks wrote the changelog's files (a sink, and reads large enough)
         from spark_jobs.changelog_files import ChangelogFiles
 
-        written = [read_frame.files_of(f) for f in frames]
-        files = [f for files, _ in written for f in files]
-        declared = [d for _, declared in written for d in declared]
         held = totals["rows"] - sum(f.rows for f in files)
         if held:  # small reads handed their rows over: written in about a file per core
             more, more_declared = write_rows(fitted(_union([read_frame.rows_of(f) for f in frames]), held), sink)
@@ -270,7 +272,7 @@ def write_rows(rows, sink) -> tuple[list, list]:
     from airflow_cdc.sources import read_frame
 
     written = rows.mapInArrow(functools.partial(write_batches, sink), read_frame.read_schema())
-    return read_frame.files_of(written)
+    return read_frame.summaries_and_files(written)[1:]
 
 
 def write_batches(sink, batches):

@@ -155,7 +155,7 @@ def summary_batch(summary, partition_id: str | None = None):
 
 def files_batch(files: Sequence, declarations: Sequence):
     """One row holding a read task's changelog files and their rows' column declarations,
-    pickled (:func:`files_of` collects them)."""
+    pickled (:func:`summaries_and_files` collects them)."""
     return _batch(FILES, 1, {OUTCOME: [pickle.dumps((list(files), list(declarations)))]})
 
 
@@ -212,22 +212,23 @@ def kept(frame):
 def summaries(frame) -> list:
     """The summaries of ``frame`` (:func:`summary_batch`); of a partition read: (outcome,
     counts, rows, tally records, dead letters)."""
+    return summaries_and_files(frame)[0]
+
+
+def summaries_and_files(frame) -> tuple[list, list, list]:
+    """The summaries of ``frame``, and the changelog files its read tasks wrote with their
+    rows' declarations (:func:`files_batch`), in one pass."""
     from pyspark.sql import functions as F
 
-    return [pickle.loads(r[0]) for r in frame.where(F.col(KIND) == SUMMARY).select(OUTCOME).collect()]
-
-
-def files_of(frame) -> tuple[list, list]:
-    """The changelog files the read tasks of ``frame`` wrote (:func:`files_batch`), and the
-    declarations of their rows, as two lists."""
-    from pyspark.sql import functions as F
-
-    files, declarations = [], []
-    for row in frame.where(F.col(KIND) == FILES).select(OUTCOME).collect():
-        written, declared = pickle.loads(row[0])
-        files.extend(written)
-        declarations.extend(declared)
-    return files, declarations
+    found, files, declarations = [], [], []
+    for kind, value in frame.where(F.col(KIND).isin(SUMMARY, FILES)).select(KIND, OUTCOME).collect():
+        if kind == SUMMARY:
+            found.append(pickle.loads(value))
+        else:
+            written, declared = pickle.loads(value)
+            files.extend(written)
+            declarations.extend(declared)
+    return found, files, declarations
 
 
 def rows_of(frame):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import timedelta
 
@@ -165,13 +166,16 @@ def changelog_rows(spark, table):
     ), key=repr)
 
 
+@pytest.mark.parametrize("rows_per_task", [4, 2000], ids=["every-task-writes", "small-reads-held"])
 def test_rows_the_read_tasks_write_themselves_are_the_rows_spark_writes(
-    spark, emulator, history, tmp_path, monkeypatch
+    spark, emulator, history, tmp_path, monkeypatch, rows_per_task
 ):
     import spark_jobs.extract
 
     window_of = lambda config: next(windows_of(history, config.stream_id))  # noqa: E731
-    monkeypatch.setattr(spark_jobs.extract, "ROWS_PER_TASK", 4)  # every read task writes its files
+    # A read task with a quarter of this writes its own files: 4, every one; 2,000, the
+    # larger reads, and the others' rows are written by one more pass.
+    monkeypatch.setattr(spark_jobs.extract, "ROWS_PER_TASK", rows_per_task)
     store, direct = stream_pipeline(emulator, history, tmp_path)
     written = run_window(spark, store, direct, window_of(direct))
     monkeypatch.setenv("CDC_DIRECT_CHANGELOG", "false")
@@ -186,8 +190,10 @@ def test_rows_the_read_tasks_write_themselves_are_the_rows_spark_writes(
         for c in (direct, by_spark)
     ]
     assert summaries[0]["airflow-cdc.declarations"] == summaries[1]["airflow-cdc.declarations"]
-    # a file per read task: Spark's write makes at most one per core (the test above)
-    assert int(summaries[0]["added-data-files"]) > spark.sparkContext.defaultParallelism
+    # the files are the read tasks' own (named <window prefix>-<task>-<n>), not Spark's
+    paths = [r.file_path for r in spark.sql(f"SELECT file_path FROM {changelog(spark, direct)}.files").collect()]
+    assert paths and all(re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{32}-\d{5}\.parquet", p.rsplit("/", 1)[1])
+                         for p in paths)
 
 
 @pytest.mark.parametrize("where", ["check_transactions_on_executors", "check_transactions_on_driver"])
