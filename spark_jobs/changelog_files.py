@@ -120,7 +120,7 @@ class ChangelogFiles:
         """Commit the files to ``table`` in one commit carrying ``properties``, made only if
         no data was added since snapshot ``read_at`` (None: since the table's start);
         a commit that fails deletes the files (a conflict is raised for the caller)."""
-        from spark_jobs.commits import UNCHECKED, _iceberg_table
+        from spark_jobs.commits import UNCHECKED, _iceberg_table, is_commit_conflict
 
         iceberg = _iceberg_table(spark, table)
         jvm = spark.sparkContext._jvm
@@ -136,18 +136,34 @@ class ChangelogFiles:
                 commit = commit.addFile(_data_file(api, iceberg, written))
             for key, value in properties.items():
                 commit = commit.set(str(key), str(value))
-            commit.commit()
         except BaseException:
-            self.delete(iceberg)
+            self.discard()
+            raise
+        try:
+            commit.commit()
+        except Exception as error:
+            # Refused (a conflict): never committed. Any other error may have committed
+            # (Iceberg's commit state unknown): the files stay, a table may list them.
+            if is_commit_conflict(error):
+                self.discard()
             raise
 
-    def delete(self, iceberg) -> None:
-        """Delete the files (their commit failed): best effort, an orphan is harmless."""
-        for written in self.files:
-            try:
-                iceberg.io().deleteFile(written.path)
-            except Exception:  # noqa: BLE001 - never committed, so never read
-                pass
+    def discard(self) -> None:
+        """Delete the files (their window was not committed with them): best effort, an
+        orphan is harmless (no snapshot lists it)."""
+        discard(self.files)
+
+
+def discard(files) -> None:
+    """Delete ``files`` (WrittenFile) that no commit lists; best effort."""
+    from pyarrow import fs
+
+    for written in files:
+        try:
+            filesystem, path = fs.FileSystem.from_uri(written.path)
+            filesystem.delete_file(path)
+        except Exception:  # noqa: BLE001 - never committed, so never read
+            pass
 
 
 def _data_file(api, iceberg, written: WrittenFile):

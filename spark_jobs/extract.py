@@ -177,7 +177,21 @@ def read_partitions(spark, plan: WindowPlanFile, sink=None) -> WindowRead:
     """Step 2-3 for a source that reads partitions: rounds of Spark tasks, each reading its
     share of the round's partitions into the round's read frame (:mod:`airflow_cdc.sources.read_frame`).
     With ``sink`` (``spark_jobs.changelog_files.file_sink``) the tasks write the rows to the
-    changelog's files, and the read's ``rows`` are those files (``ChangelogFiles``)."""
+    changelog's files, and the read's ``rows`` are those files (``ChangelogFiles``); a read
+    that fails (a later round, an incomplete transaction) deletes the files it wrote, so a
+    window retried until it is complete leaves none behind."""
+    files: list = []  # changelog files the read tasks wrote (with a sink)
+    try:
+        return _read_partitions(spark, plan, sink, files)
+    except BaseException:
+        if files:
+            from spark_jobs.changelog_files import discard
+
+            discard(files)
+        raise
+
+
+def _read_partitions(spark, plan: WindowPlanFile, sink, files: list) -> WindowRead:
     from airflow_cdc.pipeline.files import position_to_json
     from airflow_cdc.sources import read_frame
 
@@ -186,8 +200,7 @@ def read_partitions(spark, plan: WindowPlanFile, sink=None) -> WindowRead:
     source = window_source(plan)
     lineage = WindowLineage(plan.positions, plan.pending_children, source.resolve_child)
     frames = []
-    files: list = []  # changelog files the read tasks wrote (with a sink)
-    declared: list = []  # their rows' declarations
+    declared: list = []  # the declarations of the files' rows
     totals = {"rows": 0, "tallies": 0, "dead": 0}
     source_counts: dict[str, int] = {}
 
@@ -237,8 +250,8 @@ def read_partitions(spark, plan: WindowPlanFile, sink=None) -> WindowRead:
         held = totals["rows"] - sum(f.rows for f in files)
         if held:  # small reads handed their rows over: written in about a file per core
             more, more_declared = write_rows(fitted(_union([read_frame.rows_of(f) for f in frames]), held), sink)
-            files += more
-            declared += more_declared
+            files.extend(more)
+            declared.extend(more_declared)
         rows = ChangelogFiles(tuple(files), tuple(declared))
     elif frames:
         rows = fitted(_union([read_frame.rows_of(f) for f in frames]), totals["rows"])

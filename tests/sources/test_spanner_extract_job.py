@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import uuid
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -194,6 +195,28 @@ def test_rows_the_read_tasks_write_themselves_are_the_rows_spark_writes(
     paths = [r.file_path for r in spark.sql(f"SELECT file_path FROM {changelog(spark, direct)}.files").collect()]
     assert paths and all(re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{32}-\d{5}\.parquet", p.rsplit("/", 1)[1])
                          for p in paths)
+
+
+def test_a_window_that_fails_its_transaction_check_leaves_none_of_the_files_its_read_wrote(
+    spark, pipeline, history, monkeypatch
+):
+    import spark_jobs.extract
+    from airflow_cdc.pipeline.partition_lineage import IncompleteTransactionError
+    from spark_jobs.commits import _iceberg_table
+
+    def incomplete(*_):
+        raise IncompleteTransactionError("transaction t1 is incomplete in this window")
+
+    store, config = pipeline
+    monkeypatch.setattr(spark_jobs.extract, "ROWS_PER_TASK", 4)  # every read task writes its files
+    monkeypatch.setattr(spark_jobs.extract, "check_transactions_on_driver", incomplete)
+    monkeypatch.setattr(spark_jobs.extract, "check_transactions_on_executors", incomplete)
+
+    with pytest.raises(IncompleteTransactionError):
+        run_window(spark, store, config, next(windows_of(history, config.stream_id)))
+    location = str(_iceberg_table(spark, changelog(spark, config)).location()).removeprefix("file:")
+    assert sorted(p.name for p in Path(location).rglob("*.parquet")) == []
+    assert spark.table(changelog(spark, config)).count() == 0
 
 
 @pytest.mark.parametrize("where", ["check_transactions_on_executors", "check_transactions_on_driver"])
