@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import timezone
 
 from airflow_cdc.model import CHANGELOG_COLUMNS
-from airflow_cdc.sources.changelog_files import FileSink, WrittenFile
+from airflow_cdc.sources.changelog_files import FileSink, WrittenFile, declare
 
 # Iceberg's write.parquet.compression-codec -> pyarrow's compression (others: Spark writes).
 _CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "uncompressed": "none"}
@@ -45,7 +45,7 @@ def enabled() -> bool:
     return os.environ.get("CDC_DIRECT_CHANGELOG", "true").strip().lower() not in ("false", "0", "no")
 
 
-def file_sink(spark, table: str, source, window_id: str) -> FileSink | None:
+def file_sink(spark, table: str, source) -> FileSink | None:
     """Where the window's read tasks write the changelog's files, or None when Spark must
     write them (see the module's doc for when). Creates the changelog table if missing."""
     from airflow_cdc.sources.base import ChangeSource
@@ -99,20 +99,13 @@ class ChangelogFiles:
     files: tuple  # WrittenFile
     declared: tuple  # (source_table, column_types_json, rows, first commit_ts)
 
-    @property
-    def rows(self) -> int:
-        return sum(f.rows for f in self.files)
-
     def declarations(self) -> list:
         """The window's :class:`~spark_jobs.changelog.Declaration` values, from the tasks'."""
         from spark_jobs.changelog import Declaration
 
         merged: dict = {}
         for table, types, rows, first in self.declared:
-            seen = merged.setdefault((table, types), [0, None])
-            seen[0] += rows
-            if first is not None and (seen[1] is None or first < seen[1]):
-                seen[1] = first
+            declare(merged, table, types, rows, first)
         return [Declaration(table, types, rows, None if first is None else first.astimezone(timezone.utc))
                 for (table, types), (rows, first) in merged.items()]
 
@@ -132,8 +125,9 @@ class ChangelogFiles:
                           .validateNoConflictingData().validateNoConflictingDeletes())
                 if read_at is not None:
                     commit = commit.validateFromSnapshot(int(read_at))
+            metrics = api.MetricsConfig.forTable(iceberg)
             for written in self.files:
-                commit = commit.addFile(_data_file(api, iceberg, written))
+                commit = commit.addFile(_data_file(api, iceberg, metrics, written))
             for key, value in properties.items():
                 commit = commit.set(str(key), str(value))
         except BaseException:
@@ -166,11 +160,10 @@ def discard(files) -> None:
             pass
 
 
-def _data_file(api, iceberg, written: WrittenFile):
+def _data_file(api, iceberg, metrics_config, written: WrittenFile):
     """Iceberg's DataFile for ``written``: its partition, size and its footer's metrics."""
     spec = iceberg.spec()
-    metrics = api.parquet.ParquetUtil.fileMetrics(iceberg.io().newInputFile(written.path),
-                                                  api.MetricsConfig.forTable(iceberg))
+    metrics = api.parquet.ParquetUtil.fileMetrics(iceberg.io().newInputFile(written.path), metrics_config)
     day = "null" if written.day is None else written.day
     return (api.DataFiles.builder(spec).withPath(written.path).withFormat(api.FileFormat.PARQUET)
             .withFileSizeInBytes(written.size).withMetrics(metrics)

@@ -419,7 +419,7 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
     if source.read_window is not None:
         read = source.read_window(spark, plan)
     else:
-        read = read_partitions(spark, plan, file_sink(spark, table, source, plan.window.window_id))
+        read = read_partitions(spark, plan, file_sink(spark, table, source))
     if isinstance(read.rows, ChangelogFiles):  # written by the read tasks (changelog_files)
         frame, cached, checked = read.rows, True, {}
         declarations = frame.declarations()

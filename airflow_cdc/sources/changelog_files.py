@@ -72,6 +72,15 @@ class FileSink:
         return pa.schema(fields)
 
 
+def declare(found: dict, table, types, rows: int, first) -> None:
+    """Add ``rows`` rows of (``table``, ``types``) first committed at ``first`` to ``found``
+    ((source_table, column_types_json) -> [rows, first commit_ts])."""
+    seen = found.setdefault((table, types), [0, None])
+    seen[0] += rows
+    if first is not None and (seen[1] is None or first < seen[1]):
+        seen[1] = first
+
+
 @dataclass(frozen=True)
 class WrittenFile:
     """One Parquet file a read task wrote: its URI, size, rows and day (ISO, None: no commit_ts)."""
@@ -145,10 +154,7 @@ class TaskFiles:
         ).aggregate([("commit_ts", "count", pc.CountOptions(mode="all")), ("commit_ts", "min")])
         for table, types, count, first in zip(*(found.column(name).to_pylist() for name in (
                 "source_table", "column_types_json", "commit_ts_count", "commit_ts_min"))):
-            seen = self.declarations.setdefault((table, types), [0, None])
-            seen[0] += count
-            if first is not None and (seen[1] is None or first < seen[1]):
-                seen[1] = first
+            declare(self.declarations, table, types, count, first)
 
     def _writer(self, day):
         import pyarrow.parquet as pq

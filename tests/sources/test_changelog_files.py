@@ -63,7 +63,7 @@ def sink_of(spark, table, min_task_rows=0):
 
     from spark_jobs.changelog_files import file_sink
 
-    sink = file_sink(spark, table, PlainSource({}), "w")
+    sink = file_sink(spark, table, PlainSource({}))
     assert sink is not None
     return dataclasses.replace(sink, min_task_rows=min_task_rows)
 
@@ -126,9 +126,9 @@ def test_spark_writes_the_rows_of_a_table_or_source_the_read_tasks_cannot_write_
 ):
     from spark_jobs.changelog_files import file_sink
 
-    assert file_sink(spark, table, DedupingSource({}), "w") is None  # a source that drops rows
+    assert file_sink(spark, table, DedupingSource({})) is None  # a source that drops rows
     monkeypatch.setenv("CDC_DIRECT_CHANGELOG", "false")
-    assert file_sink(spark, table, PlainSource({}), "w") is None
+    assert file_sink(spark, table, PlainSource({})) is None
     monkeypatch.delenv("CDC_DIRECT_CHANGELOG")
     spark.sql(f"ALTER TABLE {table} WRITE ORDERED BY event_id")
-    assert file_sink(spark, table, PlainSource({}), "w") is None
+    assert file_sink(spark, table, PlainSource({})) is None
