@@ -201,7 +201,7 @@ def _read_partitions(spark, plan: WindowPlanFile, sink, files: list) -> WindowRe
     lineage = WindowLineage(plan.positions, plan.pending_children, source.resolve_child)
     frames = []
     declared: list = []  # the declarations of the files' rows
-    totals = {"rows": 0, "tallies": 0, "dead": 0}
+    totals = {"rows": 0, "tallies": 0, "dead": 0, "whole": 0}
     source_counts: dict[str, int] = {}
 
     def read_round(batch):
@@ -221,10 +221,11 @@ def _read_partitions(spark, plan: WindowPlanFile, sink, files: list) -> WindowRe
         found, written, declarations = read_frame.summaries_and_files(frame)
         files.extend(written)
         declared.extend(declarations)
-        for outcome, counts, rows, tallies, dead in found:
+        for outcome, counts, rows, tallies, dead, whole in found:
             totals["rows"] += rows
             totals["tallies"] += tallies
             totals["dead"] += dead
+            totals["whole"] += whole
             for name, value in counts.items():
                 source_counts[name] = source_counts.get(name, 0) + value
             results.append((outcome, ()))
@@ -238,11 +239,12 @@ def _read_partitions(spark, plan: WindowPlanFile, sink, files: list) -> WindowRe
             f"source {source.kind!r} reported children of partitions {split[:5]} but declares "
             f"partitions_split = False: set it on the source class if its partitions split"
         )
-    transactions = 0
+    # Transactions a read held whole are complete; the check tallies the others' records.
+    transactions = totals["whole"]
     if totals["tallies"]:
         check = (check_transactions_on_driver if totals["tallies"] <= DRIVER_CHECK_TALLIES
                  else check_transactions_on_executors)
-        transactions = check(_union([read_frame.tallies_of(f) for f in frames]), plan.window, outcomes)
+        transactions += check(_union([read_frame.tallies_of(f) for f in frames]), plan.window, outcomes)
     source.check_partitions(outcomes, lineage.still_pending)
     if files:  # read tasks wrote the changelog's files (a sink, and reads large enough)
         from spark_jobs.changelog_files import ChangelogFiles

@@ -5,8 +5,9 @@ The read tasks (``mapInArrow``) return everything a read gives in one schema
 
 * ``row``: a changelog row (the changelog's columns);
 * ``dead``: a dead letter (the changelog's columns and :data:`REASON`);
-* ``tally``: one record of a source transaction: ``transaction_id``, ``commit_ts`` (when the
-  source knows it), :data:`EXPECTED` records in the whole transaction, :data:`RECORD` its id;
+* ``tally``: one record of a source transaction the read holds only part of:
+  ``transaction_id``, ``commit_ts`` (when the source knows it), :data:`EXPECTED` records in
+  the whole transaction, :data:`RECORD` its id (a transaction held whole is only counted);
 * ``key``: a key a reconciliation read found in a source table (:func:`key_batch`):
   ``partition_id`` names the table's partition, :data:`RECORD` holds the key's canonical text;
 * ``outcome``: a summary, pickled (:data:`OUTCOME`): a partition read's outcome and counts
@@ -96,7 +97,9 @@ def _batch(kind: str, rows: int, columns: dict):
 def partition_batches(outcome, tallies, rows: list[tuple], dead: list[tuple], counts: dict,
                       bad_row_dead_letter, rows_to=None) -> Iterator:
     """The Arrow batches of one partition read: its rows (changelog tuples), dead letters
-    (changelog tuples and the reason), transaction tallies, and last its outcome and counts.
+    (changelog tuples and the reason), the records of the transactions it holds only part of
+    (tallies), and last its outcome and counts: (outcome, counts, rows, tally records, dead
+    letters, transactions it holds whole).
     With ``rows_to``, the rows' batches go there (a task's changelog files,
     :class:`.changelog_files.TaskFiles`) instead.
 
@@ -113,13 +116,18 @@ def partition_batches(outcome, tallies, rows: list[tuple], dead: list[tuple], co
             rows_to(batch)
     if dead:
         yield dead_batch(dead)
+    # A performance strategy. A transaction whose records this read holds all of is complete
+    # whatever other partitions hold: only its count leaves the task, and the window's check
+    # (spark_jobs/extract.py) tallies the others. Saves: see complete_transactions.
+    complete = [t for t in tallies if len(t.record_ids) == t.expected_records]
     records = [(t.transaction_id, t.expected_records, record, t.commit_ts)
-               for t in tallies for record in sorted(t.record_ids)]
+               for t in tallies if len(t.record_ids) != t.expected_records
+               for record in sorted(t.record_ids)]
     if records:
         txn, expected, record, commit_ts = (list(c) for c in zip(*records))
         yield _batch(TALLY, len(records), {"transaction_id": txn, EXPECTED: expected,
                                            RECORD: record, "commit_ts": commit_ts})
-    yield summary_batch((outcome, dict(counts), row_count, len(records), len(dead)),
+    yield summary_batch((outcome, dict(counts), row_count, len(records), len(dead), len(complete)),
                         outcome.partition_id)
 
 
@@ -211,7 +219,7 @@ def kept(frame):
 
 def summaries(frame) -> list:
     """The summaries of ``frame`` (:func:`summary_batch`); of a partition read: (outcome,
-    counts, rows, tally records, dead letters)."""
+    counts, rows, tally records, dead letters, transactions held whole)."""
     return summaries_and_files(frame)[0]
 
 
