@@ -81,6 +81,55 @@ def _parsed_plan(plan_json: str) -> WindowPlanFile:
     return WindowPlanFile.from_json(plan_json)
 
 
+def start_read_workers(spark, plan: WindowPlanFile):
+    """Start the Python workers the window's partition reads will run in, one per core, each
+    with the source's client loaded and opened (``ChangeSource.prepare_reads``), in a Spark
+    job of its own in a background thread, while the driver checks and prepares the
+    changelog (step 1). Returns the thread (None for a source Spark reads natively).
+
+    A performance strategy. Saves: the first round's one task started its worker, imported
+    the client library and opened the client while the other core idled, and the second
+    round's other worker did it again before reading: FIGURE.
+    """
+    import threading
+
+    if window_source(plan).read_window is not None:
+        return None
+    sc = spark.sparkContext
+    cores = sc.defaultParallelism
+    # Analysed here, before step 1 loads the catalog: analysis waits for a catalog being loaded.
+    frame = spark.range(cores, numPartitions=cores).mapInArrow(
+        functools.partial(prepare_read_worker, plan.to_json()), "prepared long")
+
+    def run():
+        try:
+            sc.setJobDescription("airflow-cdc extract: start the read workers")
+            frame.collect()
+        except Exception as error:  # noqa: BLE001 - the reads start their own workers and report
+            print(f"airflow-cdc extract: the read workers did not start ahead ({type(error).__name__}); "
+                  f"the reads start them", file=sys.stderr, flush=True)
+
+    thread = threading.Thread(target=run, name="airflow-cdc-read-workers", daemon=True)
+    thread.start()
+    return thread
+
+
+def prepare_read_worker(plan_json: str, batches):
+    """Runs on an executor (``mapInArrow``): the window's source built and its reads prepared
+    in this worker, which the reads then reuse (Spark keeps idle Python workers)."""
+    import pyarrow.parquet  # noqa: F401 - the read tasks' own modules, loaded now too
+
+    from airflow_cdc.sources import changelog_files, read_frame  # noqa: F401
+
+    for _ in batches:
+        pass
+    plan = _parsed_plan(plan_json)
+    if not _SOURCES:
+        _log_progress_to_stderr()
+    window_source(plan).prepare_reads()
+    return iter(())
+
+
 def read_partition_task(plan_json: str, position_json: dict):
     """Runs on an executor: read one partition; rows and dead letters leave as tuples."""
     from airflow_cdc.pipeline.files import position_from_json
@@ -117,11 +166,12 @@ def cycle_collector_paused():
             gc.enable()
 
 
-def read_positions(plan_json: str, batches, sink=None):
-    """Runs on an executor (``mapInArrow``): read the partitions of the positions in ``batches``
-    (JSON texts), one after the other; each read leaves as Arrow batches of the read frame
-    (:mod:`airflow_cdc.sources.read_frame`). With ``sink`` (a ``FileSink``), the rows are
-    written to the changelog's files instead, which leave as the task's last batch."""
+def read_positions(plan_json: str, positions: Sequence[dict], batches, sink=None):
+    """Runs on an executor (``mapInArrow``): read the partitions of the round's ``positions``
+    (their JSON) whose indexes are in ``batches``, one after the other; each read leaves as
+    Arrow batches of the read frame (:mod:`airflow_cdc.sources.read_frame`). With ``sink`` (a
+    ``FileSink``), the rows are written to the changelog's files instead, which leave as the
+    task's last batch."""
     from airflow_cdc.sources.changelog_files import TaskFiles
     from airflow_cdc.sources.read_frame import bad_row_dead_letter, files_batch, partition_batches
 
@@ -134,8 +184,8 @@ def read_positions(plan_json: str, batches, sink=None):
 
     try:
         for batch in batches:
-            for position in batch.column(0).to_pylist():
-                outcome, tallies, rows, dead, counts = read_partition_task(plan_json, json.loads(position))
+            for index in batch.column(0).to_pylist():
+                outcome, tallies, rows, dead, counts = read_partition_task(plan_json, positions[index])
                 yield from partition_batches(outcome, tallies, rows, dead, counts, bad_row,
                                              None if files is None else files.write)
         if files is not None:
@@ -205,15 +255,13 @@ def _read_partitions(spark, plan: WindowPlanFile, sink, files: list) -> WindowRe
     source_counts: dict[str, int] = {}
 
     def read_round(batch):
-        positions = spark.createDataFrame(
-            sc.parallelize(
-                [(json.dumps(position_to_json(p)),) for p in batch],
-                numSlices=max(1, min(len(batch), READ_TASKS_PER_CORE * sc.defaultParallelism)),
-            ),
-            "position string",
-        )
-        frame = read_frame.kept(positions.mapInArrow(functools.partial(read_positions, plan_json, sink=sink),
-                                                     read_frame.read_schema()))
+        # The tasks read the positions by index: a frame of indexes is made in the JVM. A
+        # performance strategy. Saves: a frame of the positions themselves, made from a
+        # parallelized Python list, had its rows converted by Python workers of their own
+        # kind (Spark keeps them apart from mapInArrow's), started cold in every round: FIGURE.
+        tasks = max(1, min(len(batch), READ_TASKS_PER_CORE * sc.defaultParallelism))
+        read = functools.partial(read_positions, plan_json, [position_to_json(p) for p in batch], sink=sink)
+        frame = read_frame.kept(spark.range(len(batch), numPartitions=tasks).mapInArrow(read, read_frame.read_schema()))
         frames.append(frame)
         # Only the outcomes and counts come to the driver: rows, dead letters and transaction
         # tallies stay in the kept frame (the driver's memory must not grow with the window).
@@ -412,6 +460,7 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
     from spark_jobs.commits import current_snapshot_id
 
     table = plan.changelog_table
+    start_read_workers(spark, plan)  # while step 1 runs on the driver
     read_at = current_snapshot_id(spark, table)  # first: a commit of the window after it conflicts
     recorded = recorded_window_result(spark, table, plan.window.window_id, outcome_path)
     if recorded is not None:

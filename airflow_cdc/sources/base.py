@@ -346,6 +346,12 @@ class ChangeSource:
         """Read one partition from ``position`` to the window's end (on a Spark executor)."""
         raise NotImplementedError(f"source {self.kind!r} reads whole windows (read_window)")
 
+    def prepare_reads(self) -> None:
+        """Load and open what :meth:`read_partition` needs (client libraries, a client) ahead of
+        the first read. The extract job calls it once in each read worker while the driver
+        still prepares the window; a failure here is ignored (the read meets it again and
+        reports it). Default: nothing."""
+
     #: Override with ``def read_window(self, spark, plan) -> WindowRead`` for a source whose
     #: window Spark reads natively (files); None: the extract job reads partition by partition.
     read_window = None

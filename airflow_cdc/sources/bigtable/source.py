@@ -166,6 +166,10 @@ class BigtableChangeStreamSource(ChangeSource):
                                "access_token": resolved.access_token}}
 
     # --- step 2 -------------------------------------------------------------------------------
+    def prepare_reads(self) -> None:
+        """The data API's client library loaded (each read opens its own client)."""
+        import google.cloud.bigtable_v2  # noqa: F401 - loaded now, used by read_partition
+
     def read_partition(self, window: Window, position: PartitionPosition) -> PartitionRead:
         unconfirmed = self.options.get(UNCONFIRMED_OPTION)
         timeout = float(self.settings["read_timeout_seconds"])

@@ -198,6 +198,13 @@ class SpannerChangeStreamSource(ChangeSource):
     def initial_positions(self, window: Window) -> list[PartitionPosition]:
         return [PartitionPosition(partition_id=INITIAL_PARTITION, start=window.start)]
 
+    def prepare_reads(self) -> None:
+        """The client library loaded and the database opened (about 2 s of imports)."""
+        import google.api_core.exceptions  # noqa: F401 - loaded now, used by read_partition
+
+        if self._database is None:
+            self._database = self.connection.open_database()
+
     def read_partition(self, window: Window, position: PartitionPosition) -> PartitionRead:
         from google.api_core import exceptions
 
