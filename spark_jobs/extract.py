@@ -66,6 +66,14 @@ ROWS_PER_TASK = 250_000
 _SOURCES: dict[str, object] = {}
 
 
+def _executor_source(plan: WindowPlanFile):
+    """:func:`window_source` on an executor: the first one built there also sends the
+    readers' progress lines to stderr."""
+    if not _SOURCES:
+        _log_progress_to_stderr()
+    return window_source(plan)
+
+
 def window_source(plan: WindowPlanFile):
     """The plan's source, built once per process (executors reuse one client across tasks)."""
     key = json.dumps([plan.source, plan.options], sort_keys=True, default=str)
@@ -82,11 +90,11 @@ def _parsed_plan(plan_json: str) -> WindowPlanFile:
     return WindowPlanFile.from_json(plan_json)
 
 
-def start_read_workers(spark, plan: WindowPlanFile):
+def start_read_workers(spark, plan: WindowPlanFile) -> None:
     """Start the Python workers the window's partition reads will run in, one per core, each
     with the source's client loaded and opened (``ChangeSource.prepare_reads``), in a Spark
     job of its own in a background thread, while the driver checks and prepares the
-    changelog (step 1). Returns the thread (None for a source Spark reads natively).
+    changelog (step 1); nothing for a source Spark reads natively.
 
     A performance strategy. Saves: the first round's one task started its worker, imported
     the client library and opened the client while the other core idled, and the second
@@ -97,7 +105,7 @@ def start_read_workers(spark, plan: WindowPlanFile):
     import threading
 
     if window_source(plan).read_window is not None:
-        return None
+        return
     sc = spark.sparkContext
     cores = sc.defaultParallelism
     # Analysed here, before step 1 loads the catalog: analysis waits for a catalog being loaded.
@@ -112,9 +120,7 @@ def start_read_workers(spark, plan: WindowPlanFile):
             print(f"airflow-cdc extract: the read workers did not start ahead ({type(error).__name__}); "
                   f"the reads start them", file=sys.stderr, flush=True)
 
-    thread = threading.Thread(target=run, name="airflow-cdc-read-workers", daemon=True)
-    thread.start()
-    return thread
+    threading.Thread(target=run, name="airflow-cdc-read-workers", daemon=True).start()
 
 
 def prepare_read_worker(plan_json: str, batches):
@@ -126,10 +132,7 @@ def prepare_read_worker(plan_json: str, batches):
 
     for _ in batches:
         pass
-    plan = _parsed_plan(plan_json)
-    if not _SOURCES:
-        _log_progress_to_stderr()
-    window_source(plan).prepare_reads()
+    _executor_source(_parsed_plan(plan_json)).prepare_reads()
     return iter(())
 
 
@@ -138,11 +141,9 @@ def read_partition_task(plan_json: str, position_json: dict):
     from airflow_cdc.pipeline.files import position_from_json
 
     plan = _parsed_plan(plan_json)
-    if not _SOURCES:
-        _log_progress_to_stderr()
     window = plan.window
     with cycle_collector_paused():
-        read = window_source(plan).read_partition(window, position_from_json(position_json))
+        read = _executor_source(plan).read_partition(window, position_from_json(position_json))
         rows, dead = read_tuples(window.stream_id, window.window_id, read)
     crash_point("extract.reading")
     return read.outcome, read.transactions, rows, dead, dict(read.counts)
