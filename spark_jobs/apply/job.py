@@ -28,7 +28,8 @@ re-applied or arrives late lose (I2, I3).
 Performance strategies, each in its own place with what it saves: recorded declarations
 (``declarations.py``), fold partitioning (``partitioning.py``), packed flags (``fold.py``),
 a new target's keys guessed (``table_fold.py``), commit threads (``commit_threads.py``), the
-skipped file search (``targets.py``), and py4j's class lookups (:func:`_import_function_classes`).
+tables committed side by side (``table_commits.commit_tables``), the skipped file search
+(``targets.py``), and py4j's class lookups (:func:`_import_function_classes`).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from spark_jobs.apply.config import ApplyConfig
 from spark_jobs.apply.dead_letters import commit_dead_letters
 from spark_jobs.apply.faults import InjectedFault
 from spark_jobs.apply.result import ApplyResult, TableResult
-from spark_jobs.apply.table_commits import commit_table
+from spark_jobs.apply.table_commits import commit_tables
 from spark_jobs.apply.table_fold import TableWork, fold_tables, release
 from spark_jobs.changelog import check_changelog_columns
 
@@ -101,8 +102,7 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
                 result,
             )
         # 4. Per table: target, tombstones and history, guarded by the ordering key.
-        for work in works:
-            commit_table(spark, config, work)
+        commit_tables(spark, config, works)
         # 4b. Truncates: the rows ordered before each, removed after the table's commits.
         truncates.commit_truncates(spark, config, truncations, result)
         # 4c. Merge-on-read tables holding many delete files: compacted (maintenance that never

@@ -83,7 +83,7 @@ def append_target(plan: TablePlan, folded: DataFrame, window_id: str, properties
 
 
 # --- File search ----------------------------------------------------------------------------
-# A performance strategy with one interface, :func:`file_search`: a target MERGE expected to
+# A performance strategy (interface: :func:`skips_file_search`, :func:`file_search`): a target MERGE expected to
 # rewrite nearly every file skips Spark's runtime search for the files to rewrite. Saves: the
 # search's join of the target's keys with the window's, which then prunes nothing (no timing
 # was recorded for it, commit 0e624b8).
@@ -93,15 +93,20 @@ def append_target(plan: TablePlan, folded: DataFrame, window_id: str, properties
 RUNTIME_GROUP_FILTER = "spark.sql.optimizer.runtime.rowLevelOperationGroupFilter.enabled"
 
 
-def file_search(
-    spark: SparkSession, summary: Mapping[str, str] | None, changed_keys: int | None
-) -> ContextManager[None]:
-    """The session, while a table's commits run, with the runtime file search off when a target
-    MERGE changing ``changed_keys`` keys (None: no target MERGE) rewrites nearly every file.
+def skips_file_search(summary: Mapping[str, str] | None, changed_keys: int | None) -> bool:
+    """Whether a table's commits skip the file search: they include a target MERGE changing
+    ``changed_keys`` existing keys (None: no target MERGE) that rewrites nearly every file of
+    the target whose snapshot summary is ``summary``."""
+    return changed_keys is not None and rewrites_nearly_every_file(summary, changed_keys)
 
-    A session setting: set around all of the table's commits, not per commit thread.
+
+def file_search(spark: SparkSession, skip: bool) -> ContextManager[None]:
+    """The session, while the commits of tables that all ``skip`` the search (or all do not)
+    run, with the runtime file search off when they skip it.
+
+    A session setting: set around all of those tables' commits, not per commit thread.
     """
-    if changed_keys is not None and rewrites_nearly_every_file(summary, changed_keys):
+    if skip:
         return _session_conf(spark, RUNTIME_GROUP_FILTER, "false")
     return nullcontext()
 

@@ -68,6 +68,7 @@ def at_once(run, keys: list) -> None:
 def race(lake: Lake, win, monkeypatch) -> list:
     """Two applies of ``win`` in two threads, held together before each commit step."""
     import spark_jobs.apply.job as job
+    import spark_jobs.apply.table_commits as table_commits
 
     barrier = threading.Barrier(2, timeout=300)
 
@@ -80,7 +81,7 @@ def race(lake: Lake, win, monkeypatch) -> list:
 
     with monkeypatch.context() as patched:
         patched.setattr(job, "commit_dead_letters", held(job.commit_dead_letters))
-        patched.setattr(job, "commit_table", held(job.commit_table))
+        patched.setattr(table_commits, "commit_table", held(table_commits.commit_table))
         outcomes: list = [None, None]
 
         def apply(index: int) -> None:
@@ -145,11 +146,10 @@ def orphan_after_compaction(lake: Lake, win, monkeypatch, look_again: bool = Tru
     task's retry has applied the window whole, its compaction included; then it commits.
     ``look_again=False``: the orphan's last look for the window's commits, right before each
     MERGE, finds none (the retry's commit landed just after it). Returns both results."""
-    import spark_jobs.apply.job as job
     import spark_jobs.apply.table_commits as table_commits
 
     folded, retried = threading.Event(), threading.Event()
-    commit_table = job.commit_table
+    commit_table = table_commits.commit_table
 
     def held(*args, **kwargs):
         if threading.current_thread().name == "orphan":
@@ -180,7 +180,7 @@ def orphan_after_compaction(lake: Lake, win, monkeypatch, look_again: bool = Tru
         return commit_once(*args, **kwargs)
 
     with monkeypatch.context() as patched:
-        patched.setattr(job, "commit_table", held)
+        patched.setattr(table_commits, "commit_table", held)
         patched.setattr(table_commits, "commit_once", look)
         at_once(apply, ["orphan", "retry"])
     errors = {name: o for name, o in outcomes.items() if isinstance(o, BaseException)}
