@@ -82,7 +82,10 @@ _LAUNCH_ENV_SUFFIXES = ("_EMULATOR_HOST",)
 #   every window compiled all of its code again (2.4-2.8 s of compilation per window; now
 #   2 classes, 10-17 ms, from the third window on). Window of about 950 changes, paired
 #   bench/window.py runs (5 measured windows each): 7.86 s -> 6.54 s (ratio 1.67 -> 1.40).
-WARM_DRIVER_CONF = {"spark.shuffle.sort.bypassMergeThreshold": "0", "spark.sql.codegen.cache.maxEntries": "1000"}
+WARM_DRIVER_CONF = {
+    "spark.shuffle.sort.bypassMergeThreshold": "0",
+    "spark.sql.codegen.cache.maxEntries": "1000",
+}
 # Conf that belongs to one job, not to the application: sent with each request and set on
 # the session for that job only (the secret file of this task; OpenLineage's parent run).
 PER_JOB_CONF_PREFIXES = (SECRET_CONF_FILE_KEY, "spark.openlineage.parent", "spark.openlineage.root")

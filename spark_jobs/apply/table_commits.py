@@ -38,10 +38,10 @@ from spark_jobs.apply.targets import (
     append_target,
     append_tombstones,
     file_search,
-    skips_file_search,
     merge_history,
     merge_target,
     merge_tombstones,
+    skips_file_search,
 )
 from spark_jobs.commits import commit_once, own_window_commit, window_properties
 
@@ -58,17 +58,19 @@ def commit_tables(spark: SparkSession, config: ApplyConfig, works: list[TableWor
     cores idle while each table's MERGEs were planned and committed on the driver. Windows of
     about 950 changes to three tables in a warm driver (``bench/window.py``, three paired runs,
     11 windows each way): the fused job's median 8.1 -> 7.6 s, its commits 2.3 -> 1.3 s. The
-    tables are independent (each commit writes its own table, from its own fold). The file search is a session setting, so the tables that skip
-    it are committed together, apart from the others. A failed table does not stop the others
-    of its group; once the group is done, the first failure (in the order of ``works``) is
-    raised and later groups are not started.
+    tables are independent (each commit writes its own table, from its own fold). The file
+    search is a session setting, so the tables that skip it are committed together, apart
+    from the others. A failed table does not stop the others of its group; once the group is
+    done, the first failure (in the order of ``works``) is raised and later groups are not
+    started.
     """
     groups: dict[bool, list[TableWork]] = {}
     for work in works:
         groups.setdefault(_skips_file_search(work), []).append(work)
     for skip, group in groups.items():
         with file_search(spark, skip):
-            side_by_side([partial(commit_table, spark, config, work) for work in group], name="cdc-apply-table")
+            commits = [partial(commit_table, spark, config, work) for work in group]
+            side_by_side(commits, name="cdc-apply-table")
 
 
 def commit_table(spark: SparkSession, config: ApplyConfig, work: TableWork) -> None:
