@@ -563,6 +563,12 @@ def default_warehouse() -> Path:
     return Path(home) / "cdc_warehouse"
 
 
+# Compiled classes Spark keeps (its default is 100): a session that runs window after window
+# plans about 200 distinct generated classes per window (three tables), which the default
+# evicts, so every window compiled its code again. Local sessions and the warm driver.
+CODEGEN_CACHE_CONF = {"spark.sql.codegen.cache.maxEntries": "1000"}
+
+
 def local_session(
     catalog: IcebergCatalog,
     app_name: str = "airflow-cdc",
@@ -587,7 +593,7 @@ def local_session(
     conf = {
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.shuffle.partitions": "4",
-        "spark.sql.codegen.cache.maxEntries": "1000",
+        **CODEGEN_CACHE_CONF,
         "spark.ui.enabled": "false",
         **catalog.spark_conf(),
         **(extra_conf or {}),

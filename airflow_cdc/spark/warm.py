@@ -51,6 +51,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from airflow_cdc.model import CdcError
+from airflow_cdc.spark.iceberg import CODEGEN_CACHE_CONF
 from airflow_cdc.spark.job import (
     SECRET_CONF_FILE_KEY,
     SparkJobError,
@@ -84,7 +85,7 @@ _LAUNCH_ENV_SUFFIXES = ("_EMULATOR_HOST",)
 #   bench/window.py runs (5 measured windows each): 7.86 s -> 6.54 s (ratio 1.67 -> 1.40).
 WARM_DRIVER_CONF = {
     "spark.shuffle.sort.bypassMergeThreshold": "0",
-    "spark.sql.codegen.cache.maxEntries": "1000",
+    **CODEGEN_CACHE_CONF,
 }
 # Conf that belongs to one job, not to the application: sent with each request and set on
 # the session for that job only (the secret file of this task; OpenLineage's parent run).

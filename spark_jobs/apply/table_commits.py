@@ -41,7 +41,7 @@ from spark_jobs.apply.targets import (
     merge_history,
     merge_target,
     merge_tombstones,
-    skips_file_search,
+    rewrites_nearly_every_file,
 )
 from spark_jobs.commits import commit_once, own_window_commit, window_properties
 
@@ -144,5 +144,6 @@ def _skips_file_search(work: TableWork) -> bool:
     plan, result = work.plan, work.result
     if plan.reason is not None or result.already_applied or work.commits["target"] is not None:
         return False
-    merging = _target_due(work) and work.target_before is not None
-    return merging and skips_file_search(work.target_summary, work.updates_in_target + work.deletes_in_target)
+    if not _target_due(work) or work.target_before is None:  # no target MERGE
+        return False
+    return rewrites_nearly_every_file(work.target_summary, work.updates_in_target + work.deletes_in_target)

@@ -83,21 +83,14 @@ def append_target(plan: TablePlan, folded: DataFrame, window_id: str, properties
 
 
 # --- File search ----------------------------------------------------------------------------
-# A performance strategy (interface: :func:`skips_file_search`, :func:`file_search`): a target
-# MERGE expected to rewrite nearly every file skips Spark's runtime search for the files to
-# rewrite. Saves: the search's join of the target's keys with the window's, which then prunes
-# nothing (no timing was recorded for it, commit 0e624b8).
+# A performance strategy (interface: :func:`rewrites_nearly_every_file`, :func:`file_search`):
+# a target MERGE expected to rewrite nearly every file skips Spark's runtime search for the
+# files to rewrite. Saves: the search's join of the target's keys with the window's, which
+# then prunes nothing (no timing was recorded for it, commit 0e624b8).
 
 # Before a copy-on-write MERGE, Spark first finds the target files that hold a matched key
 # (a join of the target's keys with the source's), so that only those files are rewritten.
 RUNTIME_GROUP_FILTER = "spark.sql.optimizer.runtime.rowLevelOperationGroupFilter.enabled"
-
-
-def skips_file_search(summary: Mapping[str, str] | None, changed_keys: int | None) -> bool:
-    """Whether a table's commits skip the file search: they include a target MERGE changing
-    ``changed_keys`` existing keys (None: no target MERGE) that rewrites nearly every file of
-    the target whose snapshot summary is ``summary``."""
-    return changed_keys is not None and rewrites_nearly_every_file(summary, changed_keys)
 
 
 def file_search(spark: SparkSession, skip: bool) -> ContextManager[None]:
