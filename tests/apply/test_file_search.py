@@ -40,3 +40,33 @@ def test_the_session_setting_is_as_before_after_a_merge_that_skipped_the_search(
     assert result.table("Items").target_snapshot_id is not None
     assert {row["id"]: row["v"] for row in lake.rows("Items")} == {1: "b", 2: "b", 3: "b"}
     assert conf.get(RUNTIME_GROUP_FILTER, None) == before
+
+
+def test_a_table_failing_in_one_file_search_group_leaves_the_other_groups_tables_committed(lake, monkeypatch):
+    import pytest
+
+    import spark_jobs.apply.table_commits as table_commits
+
+    items = Changes("Items", {"id": "INT64", "v": "STRING"})  # W1 rewrites every file: skips the search
+    notes = Changes("Notes", {"id": "INT64", "v": "STRING"})  # new in W1: appended, keeps the search
+    for key in (1, 2, 3):
+        items.add(W0, "INSERT", key, {"v": "a"}, when=at(0, key))
+        items.add(W1, "UPDATE", key, {"v": "b"}, when=at(1, key))
+        notes.add(W1, "INSERT", key, {"v": "n"}, when=at(1, 10 + key))
+    lake.write(items, notes)
+    lake.apply(W0)
+    commit_table = table_commits.commit_table
+
+    def failing_items(spark, config, work):
+        if work.plan.source_table == "Items":
+            raise RuntimeError("Items' commit failed")
+        return commit_table(spark, config, work)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(table_commits, "commit_table", failing_items)
+        with pytest.raises(RuntimeError, match="Items' commit failed"):
+            lake.apply(W1)
+    assert {row["id"]: row["v"] for row in lake.rows("Notes")} == {1: "n", 2: "n", 3: "n"}
+    assert {row["id"]: row["v"] for row in lake.rows("Items")} == {1: "a", 2: "a", 3: "a"}
+    lake.apply(W1)  # the re-run makes the missing commits only
+    assert {row["id"]: row["v"] for row in lake.rows("Items")} == {1: "b", 2: "b", 3: "b"}
