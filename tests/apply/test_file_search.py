@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from spark_jobs.apply.targets import RUNTIME_GROUP_FILTER, rewrites_nearly_every_file
 
 from .support import Changes, at, window
@@ -43,8 +45,6 @@ def test_the_session_setting_is_as_before_after_a_merge_that_skipped_the_search(
 
 
 def test_a_table_failing_in_one_file_search_group_leaves_the_other_groups_tables_committed(lake, monkeypatch):
-    import pytest
-
     import spark_jobs.apply.table_commits as table_commits
 
     items = Changes("Items", {"id": "INT64", "v": "STRING"})  # W1 rewrites every file: skips the search
