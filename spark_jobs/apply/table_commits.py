@@ -66,7 +66,7 @@ def commit_tables(spark: SparkSession, config: ApplyConfig, works: list[TableWor
     groups: dict[bool, list[TableWork]] = {}
     for work in works:
         groups.setdefault(_skips_file_search(work), []).append(work)
-    failures: list[BaseException] = []
+    failures: list[Exception] = []
     for skip, group in groups.items():
         with file_search(spark, skip):
             commits = [partial(commit_table, spark, config, work) for work in group]
