@@ -51,9 +51,13 @@ def runs(airflow_db, warehouse, tmp_path_factory):
 
     from airflow.dag_processing.dagbag import DagBag
 
-    history = generate_history(seed=3, start=START, hours=1.0, commits_per_second=0.2)
+    # the lag holds 10 minutes past the boundary (75 s by default): the emulator's clock runs
+    # with wall time, and a slow machine took more than 75 s to reach the first window's gate
+    history = generate_history(seed=3, start=START, hours=1.0, commits_per_second=0.2,
+                               lag_hold_after_boundary=timedelta(minutes=10))
     episode = history.lag_episodes[0]
     assert episode.boundary == START + WINDOW
+    assert START + 2 * WINDOW > episode.hold_until
     base = tmp_path_factory.mktemp("bigtable_stall")
     bundle = base / "dags"
     bundle.mkdir()

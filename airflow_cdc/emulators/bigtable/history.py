@@ -15,7 +15,8 @@ seed alone (times are offsets from ``start``, so the content does not depend on 
 * the replication model: a write reaches the other cluster ``replication_lag`` after its commit,
   except during the **lag episode**: ``c2``'s writes to one partition's row range during
   ``[t1, t2]`` reach ``c1`` only at ``hold_until``, holding that partition's low watermark back
-  across a 30-minute boundary ``b`` (``t2 = b - 20 s``, ``hold_until = b + 75 s``);
+  across a 30-minute boundary ``b`` (``t2 = b - 20 s``, ``hold_until = b + 75 s`` by default,
+  ``HistoryConfig.lag_hold_after_boundary``);
 * the truth at any instant (:meth:`BigtableHistory.true_state`): every commit with a commit
   timestamp strictly before it, so a window ``[s, e)`` of the pipeline ends at ``true_state(e)``.
 """
@@ -110,6 +111,9 @@ class HistoryConfig:
     drop_prefix: bytes = b"session#"
     lag_episode: bool = True
     lag_episode_length: timedelta = timedelta(minutes=4)
+    # how long after the boundary the lagging cluster catches up; a test that runs real Airflow
+    # past the boundary lengthens it so a slow machine cannot outrun the lag
+    lag_hold_after_boundary: timedelta = _EPISODE_HOLD_AFTER_BOUNDARY
 
     def __post_init__(self) -> None:
         if self.duration < timedelta(0):
@@ -378,7 +382,7 @@ class _Generator:
         if not c.lag_episode or self.duration_us == 0:
             return None
         boundary = duration_micros(_BOUNDARY)
-        hold_after = duration_micros(_EPISODE_HOLD_AFTER_BOUNDARY)
+        hold_after = duration_micros(c.lag_hold_after_boundary)
         before = duration_micros(_EPISODE_END_BEFORE_BOUNDARY)
         length = duration_micros(c.lag_episode_length)
         margin = duration_micros(_EVENT_MARGIN)
