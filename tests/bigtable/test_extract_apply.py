@@ -168,6 +168,9 @@ def test_merge_on_read_tables_hold_the_true_state_with_their_changes_in_delete_f
     assert table_state(spark, f"lake.{namespace}.events_cells")[0] == "merge-on-read"
 
 
+# make test-long: compaction itself is covered by tests/apply/test_write_mode.py; this is its
+# run on Bigtable's two targets (45 s of make test's time on a slow machine)
+@pytest.mark.long
 def test_merge_on_read_tables_holding_delete_files_are_compacted_after_the_windows_commits(
         spark, extracted, emulator, tmp_path):
     config, namespace = extracted, f"mor_{uuid.uuid4().hex[:6]}"
