@@ -13,6 +13,7 @@ from airflow_cdc.emulators.bigtable import (
     GARBAGE_COLLECTION,
     BigtableEmulator,
     BigtableHistory,
+    HistoryConfigError,
     DeleteFromColumn,
     DeleteFromFamily,
     RowRange,
@@ -136,6 +137,21 @@ def test_lag_episode_spans_a_thirty_minute_boundary(history):
     assert episode.hold_until - episode.boundary == timedelta(seconds=75)
     low, high = episode.start_us - 1, episode.hold_until_us + 1
     assert not [e for e in history.timeline.events if low <= e.at_us <= high]
+
+
+def test_a_longer_lag_hold_moves_only_when_the_lagging_cluster_catches_up():
+    default = generate_history(seed=3, start=START, hours=HOURS, commits_per_second=0.2)
+    longer = generate_history(seed=3, start=START, hours=HOURS, commits_per_second=0.2,
+                              lag_hold_after_boundary=timedelta(minutes=10))
+    (a,), (b,) = default.lag_episodes, longer.lag_episodes
+
+    assert (b.start, b.end, b.boundary) == (a.start, a.end, a.boundary)
+    assert b.hold_until - b.boundary == timedelta(minutes=10)
+
+
+def test_a_lag_hold_that_is_not_positive_is_refused_naming_it():
+    with pytest.raises(HistoryConfigError, match="lag_hold_after_boundary 0:00:00 must be positive"):
+        generate_history(seed=3, start=START, hours=HOURS, lag_hold_after_boundary=timedelta(0))
 
 
 # -- reading the seeded history -----------------------------------------------------------------

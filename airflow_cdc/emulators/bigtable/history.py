@@ -133,6 +133,11 @@ class HistoryConfig:
             )
         if self.retention <= timedelta(0):
             raise HistoryConfigError(f"retention {self.retention} must be positive")
+        if self.lag_hold_after_boundary <= timedelta(0):
+            raise HistoryConfigError(
+                f"lag_hold_after_boundary {self.lag_hold_after_boundary} must be positive: the "
+                f"lagging cluster catches up after the boundary its episode spans"
+            )
         if len(self.clusters) != 2 or self.clusters[0] == self.clusters[1]:
             raise HistoryConfigError(f"clusters {self.clusters} must be two distinct ids")
         unknown = sorted(set(self.app_profiles.values()) - set(self.clusters))
