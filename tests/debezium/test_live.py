@@ -4,9 +4,8 @@ PostgreSQL and a writer thread commits transactions.
 
 One 1-minute window (make live-debezium runs three), fewer rows. One run (module fixture), one
 behaviour per test: every window completes, none is planned before its evidence can exist,
-the writer's
-changes reached the window as events, and the targets equal the tables read from PostgreSQL
-at the last window end. PostgreSQL must run with wal_level=logical (``make services``).
+the writer's changes reached the window as events, and the targets equal the tables read
+from PostgreSQL at the last window end. PostgreSQL must run with wal_level=logical (``make services``).
 
 How long after its end each gate opens is a wall-clock latency: ``make live-debezium`` prints it
 and judges it (window + margin + 60 s); no test asserts it, since a slow machine fails it
