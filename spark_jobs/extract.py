@@ -493,7 +493,12 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
         checked = source.check_window(spark, plan, frame)  # raises: the window stays uncommitted
         declarations = window_declarations(frame)  # one pass that counts the rows too
     if read.dead_letters is not None:
-        append_dead_letters(spark, plan, read.dead_letters)
+        try:
+            append_dead_letters(spark, plan, read.dead_letters)
+        except BaseException:
+            if isinstance(frame, ChangelogFiles):  # no commit lists them: the retry reads again
+                frame.discard()
+            raise
     outcome = WindowOutcomeFile(
         window_id=plan.window.window_id,
         outcomes=tuple(sorted(read.outcomes, key=lambda o: o.partition_id)),

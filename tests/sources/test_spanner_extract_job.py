@@ -220,6 +220,34 @@ def test_a_window_that_fails_its_transaction_check_leaves_none_of_the_files_its_
     assert spark.table(changelog(spark, config)).count() == 0
 
 
+def test_a_window_whose_dead_letters_fail_to_commit_leaves_none_of_the_files_its_read_wrote(
+    spark, pipeline, history, monkeypatch
+):
+    import dataclasses
+
+    import spark_jobs.extract
+    from spark_jobs.commits import _iceberg_table
+
+    read_partitions = spark_jobs.extract.read_partitions
+
+    def read_with_dead_letters(*args, **kwargs):  # the read's rows, and dead letters to commit
+        return dataclasses.replace(read_partitions(*args, **kwargs), dead_letters=object())
+
+    def failing_append(*_):
+        raise OSError("No space left on device")
+
+    store, config = pipeline
+    monkeypatch.setattr(spark_jobs.extract, "ROWS_PER_TASK", 4)  # every read task writes its files
+    monkeypatch.setattr(spark_jobs.extract, "read_partitions", read_with_dead_letters)
+    monkeypatch.setattr(spark_jobs.extract, "append_dead_letters", failing_append)
+
+    with pytest.raises(OSError, match="No space left"):
+        run_window(spark, store, config, next(windows_of(history, config.stream_id)))
+    location = str(_iceberg_table(spark, changelog(spark, config)).location()).removeprefix("file:")
+    assert sorted(p.name for p in Path(location).rglob("*.parquet")) == []
+    assert spark.table(changelog(spark, config)).count() == 0
+
+
 @pytest.mark.parametrize("where", ["check_transactions_on_executors", "check_transactions_on_driver"])
 def test_the_transaction_check_counts_transactions_and_names_the_first_incomplete_one(spark, where):
     import spark_jobs.extract
