@@ -198,12 +198,20 @@ def test_rows_the_read_tasks_write_themselves_are_the_rows_spark_writes(
                          for p in paths)
 
 
+def assert_no_changelog_files(spark, config):
+    """Nothing committed, and no Parquet file left in the changelog's folder."""
+    from spark_jobs.commits import _iceberg_table
+
+    location = str(_iceberg_table(spark, changelog(spark, config)).location()).removeprefix("file:")
+    assert sorted(p.name for p in Path(location).rglob("*.parquet")) == []
+    assert spark.table(changelog(spark, config)).count() == 0
+
+
 def test_a_window_that_fails_its_transaction_check_leaves_none_of_the_files_its_read_wrote(
     spark, pipeline, history, monkeypatch
 ):
     import spark_jobs.extract
     from airflow_cdc.pipeline.partition_lineage import IncompleteTransactionError
-    from spark_jobs.commits import _iceberg_table
 
     def incomplete(*_):
         raise IncompleteTransactionError("transaction t1 is incomplete in this window")
@@ -215,9 +223,7 @@ def test_a_window_that_fails_its_transaction_check_leaves_none_of_the_files_its_
 
     with pytest.raises(IncompleteTransactionError):
         run_window(spark, store, config, next(windows_of(history, config.stream_id)))
-    location = str(_iceberg_table(spark, changelog(spark, config)).location()).removeprefix("file:")
-    assert sorted(p.name for p in Path(location).rglob("*.parquet")) == []
-    assert spark.table(changelog(spark, config)).count() == 0
+    assert_no_changelog_files(spark, config)
 
 
 def test_a_window_whose_dead_letters_fail_to_commit_leaves_none_of_the_files_its_read_wrote(
@@ -226,7 +232,6 @@ def test_a_window_whose_dead_letters_fail_to_commit_leaves_none_of_the_files_its
     import dataclasses
 
     import spark_jobs.extract
-    from spark_jobs.commits import _iceberg_table
 
     read_partitions = spark_jobs.extract.read_partitions
 
@@ -243,9 +248,7 @@ def test_a_window_whose_dead_letters_fail_to_commit_leaves_none_of_the_files_its
 
     with pytest.raises(OSError, match="No space left"):
         run_window(spark, store, config, next(windows_of(history, config.stream_id)))
-    location = str(_iceberg_table(spark, changelog(spark, config)).location()).removeprefix("file:")
-    assert sorted(p.name for p in Path(location).rglob("*.parquet")) == []
-    assert spark.table(changelog(spark, config)).count() == 0
+    assert_no_changelog_files(spark, config)
 
 
 @pytest.mark.parametrize("where", ["check_transactions_on_executors", "check_transactions_on_driver"])
