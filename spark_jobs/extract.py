@@ -492,19 +492,19 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
             frame.persist(StorageLevel.MEMORY_AND_DISK)
         checked = source.check_window(spark, plan, frame)  # raises: the window stays uncommitted
         declarations = window_declarations(frame)  # one pass that counts the rows too
-    if read.dead_letters is not None:
-        try:
+    try:
+        if read.dead_letters is not None:
             append_dead_letters(spark, plan, read.dead_letters)
-        except BaseException:
-            if isinstance(frame, ChangelogFiles):  # no commit lists them: the retry reads again
-                frame.discard()
-            raise
-    outcome = WindowOutcomeFile(
-        window_id=plan.window.window_id,
-        outcomes=tuple(sorted(read.outcomes, key=lambda o: o.partition_id)),
-        pending_children=tuple(read.pending_children),
-        counts=source.window_counts({**read.counts, **checked}, sum(d.rows for d in declarations)),
-    )
+        outcome = WindowOutcomeFile(
+            window_id=plan.window.window_id,
+            outcomes=tuple(sorted(read.outcomes, key=lambda o: o.partition_id)),
+            pending_children=tuple(read.pending_children),
+            counts=source.window_counts({**read.counts, **checked}, sum(d.rows for d in declarations)),
+        )
+    except BaseException:  # before the commit (which discards on its own): no commit lists them
+        if isinstance(frame, ChangelogFiles):
+            frame.discard()
+        raise
     result = commit_window_with_outcome(spark, table, frame, outcome, outcome_path, declarations, read_at)
     if not cached:
         frame.unpersist()

@@ -198,10 +198,16 @@ def test_rows_the_read_tasks_write_themselves_are_the_rows_spark_writes(
                          for p in paths)
 
 
-def assert_no_changelog_files(spark, config):
-    """Nothing committed, and no Parquet file left in the changelog's folder."""
+def assert_failed_window_leaves_no_files(spark, pipeline, history, monkeypatch, error, match=None):
+    """The pipeline's first window, its read tasks writing their files, fails with ``error``;
+    nothing is committed and no Parquet file is left in the changelog's folder."""
+    import spark_jobs.extract
     from spark_jobs.commits import _iceberg_table
 
+    store, config = pipeline
+    monkeypatch.setattr(spark_jobs.extract, "ROWS_PER_TASK", 4)  # every read task writes its files
+    with pytest.raises(error, match=match):
+        run_window(spark, store, config, next(windows_of(history, config.stream_id)))
     location = str(_iceberg_table(spark, changelog(spark, config)).location()).removeprefix("file:")
     assert sorted(p.name for p in Path(location).rglob("*.parquet")) == []
     assert spark.table(changelog(spark, config)).count() == 0
@@ -216,14 +222,9 @@ def test_a_window_that_fails_its_transaction_check_leaves_none_of_the_files_its_
     def incomplete(*_):
         raise IncompleteTransactionError("transaction t1 is incomplete in this window")
 
-    store, config = pipeline
-    monkeypatch.setattr(spark_jobs.extract, "ROWS_PER_TASK", 4)  # every read task writes its files
     monkeypatch.setattr(spark_jobs.extract, "check_transactions_on_driver", incomplete)
     monkeypatch.setattr(spark_jobs.extract, "check_transactions_on_executors", incomplete)
-
-    with pytest.raises(IncompleteTransactionError):
-        run_window(spark, store, config, next(windows_of(history, config.stream_id)))
-    assert_no_changelog_files(spark, config)
+    assert_failed_window_leaves_no_files(spark, pipeline, history, monkeypatch, IncompleteTransactionError)
 
 
 def test_a_window_whose_dead_letters_fail_to_commit_leaves_none_of_the_files_its_read_wrote(
@@ -241,14 +242,9 @@ def test_a_window_whose_dead_letters_fail_to_commit_leaves_none_of_the_files_its
     def failing_append(*_):
         raise OSError("No space left on device")
 
-    store, config = pipeline
-    monkeypatch.setattr(spark_jobs.extract, "ROWS_PER_TASK", 4)  # every read task writes its files
     monkeypatch.setattr(spark_jobs.extract, "read_partitions", read_with_dead_letters)
     monkeypatch.setattr(spark_jobs.extract, "append_dead_letters", failing_append)
-
-    with pytest.raises(OSError, match="No space left"):
-        run_window(spark, store, config, next(windows_of(history, config.stream_id)))
-    assert_no_changelog_files(spark, config)
+    assert_failed_window_leaves_no_files(spark, pipeline, history, monkeypatch, OSError, "No space left")
 
 
 @pytest.mark.parametrize("where", ["check_transactions_on_executors", "check_transactions_on_driver"])
