@@ -158,3 +158,26 @@ def test_records_decoded_from_protobuf_values_equal_those_parsed_from_the_client
                 assert decoded == parse_result_row(results.decode_row(row), results.fields, GOOGLE_SQL)
                 data_changes += sum(isinstance(r, DataChangeRecord) for r in decoded)
     assert data_changes > 0
+
+
+def test_a_source_checks_its_settings_without_loading_the_client_library():
+    # The extract job's driver makes the source but never reads: loading google-cloud-spanner
+    # there (about 1.5 s) delayed its read workers. A fresh interpreter, so other tests'
+    # imports do not count.
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from airflow_cdc.sources.spanner.reader import SpannerChangeStreamSource, SpannerConnection\n"
+        "connection = SpannerConnection(project='p', instance='i', database='d')\n"
+        "SpannerChangeStreamSource(connection, 'Orders', heartbeat_milliseconds=1000)\n"
+        "try:\n"
+        "    SpannerChangeStreamSource(connection, 'Orders', heartbeat_milliseconds=999)\n"
+        "except ValueError as error:\n"
+        "    print(error)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('google.cloud.spanner')))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert "heartbeat_milliseconds 999 is out of range" in out
+    assert out.splitlines()[-1] == "[]"

@@ -32,7 +32,7 @@ from airflow_cdc.model import (
 from airflow_cdc.sources.base import ChangeSource, PartitionRead, TransactionTally
 from airflow_cdc.sources.read_errors import position_expired, read_with_retries
 from airflow_cdc.sources.spanner.mapping import ORDERING_KEY_PARTS, rows_or_dead_letter
-from airflow_cdc.sources.spanner.query import GOOGLE_SQL, INITIAL_PARTITION, build_query
+from airflow_cdc.sources.spanner.query import GOOGLE_SQL, INITIAL_PARTITION, build_query, validate_query_settings
 from airflow_cdc.sources.spanner.records import (
     ChildPartitionsRecord,
     ChangeRecordParseError,
@@ -114,8 +114,7 @@ class SpannerChangeStreamSource(ChangeSource):
         progress_every_seconds: float = 30.0,
     ) -> None:
         # Validates the name and heartbeat now, before any task is scheduled.
-        build_query(dialect, stream_name, datetime.now().astimezone(), None, None,
-                    heartbeat_milliseconds)
+        validate_query_settings(dialect, stream_name, heartbeat_milliseconds)
         self.connection = connection
         self.stream_name = stream_name
         self.dialect = dialect
@@ -161,8 +160,7 @@ class SpannerChangeStreamSource(ChangeSource):
         spec["heartbeat_milliseconds"] = int(spec.get("heartbeat_milliseconds", 10_000))
         spec["connection"] = {"project": connection.get("project") or "",
                               "instance": connection["instance"], "database": connection["database"]}
-        build_query(spec["dialect"], spec.get("stream_name"), datetime.now().astimezone(), None,
-                    None, spec["heartbeat_milliseconds"])
+        validate_query_settings(spec["dialect"], spec.get("stream_name"), spec["heartbeat_milliseconds"])
         return spec
 
     def extract_overrides(self, hook) -> dict:
