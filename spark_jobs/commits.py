@@ -196,7 +196,7 @@ def _current_snapshot(spark: SparkSession, table: str):
 
 def _summary(spark: SparkSession, snapshot) -> dict[str, str]:
     """The snapshot's summary (a Java map of strings) as a dict, serialised in the JVM by
-    Jackson: three py4j calls (the map, the text, the mapper's class), where converting the
+    Jackson: three py4j calls (the mapper, the map, its text), where converting the
     map entry by entry took two round trips per entry (642 calls, 0.1 s of the driver's
     time, in one two-window run of bench/apply.py)."""
     mapper = _jvm_class(spark, "com.fasterxml.jackson.databind.ObjectMapper")()

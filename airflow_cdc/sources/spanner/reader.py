@@ -32,7 +32,12 @@ from airflow_cdc.model import (
 from airflow_cdc.sources.base import ChangeSource, PartitionRead, TransactionTally
 from airflow_cdc.sources.read_errors import position_expired, read_with_retries
 from airflow_cdc.sources.spanner.mapping import ORDERING_KEY_PARTS, rows_or_dead_letter
-from airflow_cdc.sources.spanner.query import GOOGLE_SQL, INITIAL_PARTITION, build_query, validate_query_settings
+from airflow_cdc.sources.spanner.query import (
+    GOOGLE_SQL,
+    INITIAL_PARTITION,
+    build_query,
+    validate_query_settings,
+)
 from airflow_cdc.sources.spanner.records import (
     ChildPartitionsRecord,
     ChangeRecordParseError,
