@@ -152,7 +152,8 @@ class SpannerChangeStreamSource(ChangeSource):
     @classmethod
     def validate_spec(cls, stream_id: str, spec) -> dict:
         """``stream_name``, ``dialect``, ``heartbeat_milliseconds`` and ``connection``
-        (``project``, ``instance``, ``database``); the query is built once to check them."""
+        (``project``, ``instance``, ``database``); checked as queries need them, without the
+        client library (``query.validate_query_settings``)."""
         spec = dict(spec)
         connection = dict(spec.get("connection") or {})
         for name in ("instance", "database"):
