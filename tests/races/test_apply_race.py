@@ -93,7 +93,7 @@ def race(lake: Lake, win, monkeypatch) -> list:
 
         at_once(apply, [0, 1])
     errors = [o for o in outcomes if isinstance(o, BaseException)]
-    assert not errors, errors
+    assert not errors, "\n".join(str(e) for e in errors)  # a Py4JJavaError's str holds the Java error
     return outcomes
 
 
