@@ -128,17 +128,23 @@ class LocalSparkRunner:
         spark_submit: str | None = None,
         log_tail_lines: int = DEFAULT_LOG_TAIL_LINES,
         logger: logging.Logger | None = None,
+        class_archive: bool = True,
     ) -> None:
         self.master = master
         self.spark_submit = spark_submit
         self.log_tail_lines = log_tail_lines
         self.log = logger or log
+        self.class_archive = class_archive
         self._process: subprocess.Popen[str] | None = None
 
     def command(self, spec: SparkJobSpec) -> list[str]:
-        """The spark-submit command line for ``spec``."""
+        """The spark-submit command line for ``spec`` (the driver maps the machine's class
+        archive when it has one and ``class_archive`` is on: :mod:`.class_archive`)."""
+        from airflow_cdc.spark.class_archive import with_class_archive
+
+        conf = with_class_archive(spec.conf) if self.class_archive else spec.conf
         cmd = [self.spark_submit or find_spark_submit(), "--master", self.master, "--name", spec.name]
-        for key, value in spec.conf.items():
+        for key, value in conf.items():
             cmd += ["--conf", f"{key}={value}"]
         for option, values in (
             ("--jars", spec.jars),

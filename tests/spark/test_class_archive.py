@@ -1,0 +1,106 @@
+"""The Spark driver's class archive (airflow_cdc/spark/class_archive.py): named in the driver's
+Java options when the machine has one, mapped by the driver JVM that spark-submit starts."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from airflow_cdc.spark.class_archive import (
+    ARCHIVE_ENV,
+    DRIVER_JAVA_OPTIONS,
+    archive_path,
+    build_archive,
+)
+from airflow_cdc.spark.iceberg import IcebergCatalog
+from airflow_cdc.spark.job import SparkJobSpec, iceberg_job_spec
+from airflow_cdc.spark.runners import LocalSparkRunner
+
+EMPTY_APPLICATION = "from pyspark.sql import SparkSession\nSparkSession.builder.getOrCreate().stop()\n"
+# How -Xlog:class+load names a class the JVM took from a dynamic class archive.
+FROM_ARCHIVE = "source: shared objects file (top)"
+
+
+def conf_of(command: list[str]) -> dict[str, str]:
+    return dict(command[i + 1].split("=", 1) for i, part in enumerate(command) if part == "--conf")
+
+
+@pytest.fixture
+def archive(tmp_path, monkeypatch) -> Path:
+    """A class archive file the runner finds (its content is the JVM's business)."""
+    path = tmp_path / "driver.jsa"
+    path.write_bytes(b"archive")
+    monkeypatch.setenv(ARCHIVE_ENV, str(path))
+    return path
+
+
+def test_a_jobs_driver_maps_the_class_archive_when_the_machine_has_one(archive):
+    command = LocalSparkRunner(spark_submit="spark-submit").command(SparkJobSpec("app.py"))
+
+    assert conf_of(command)[DRIVER_JAVA_OPTIONS] == f"-XX:SharedArchiveFile={archive}"
+
+
+def test_the_users_own_driver_java_options_are_kept_beside_the_class_archive(archive):
+    spec = SparkJobSpec("app.py", conf={DRIVER_JAVA_OPTIONS: "-Dmy.flag=1"})
+
+    command = LocalSparkRunner(spark_submit="spark-submit").command(spec)
+
+    assert conf_of(command)[DRIVER_JAVA_OPTIONS] == f"-Dmy.flag=1 -XX:SharedArchiveFile={archive}"
+
+
+@pytest.mark.parametrize("setting", ["missing", "off", "runner"])
+def test_no_class_archive_option_without_an_archive_or_when_turned_off(tmp_path, monkeypatch, setting):
+    archive = tmp_path / "driver.jsa"
+    if setting != "missing":
+        archive.write_bytes(b"archive")
+    monkeypatch.setenv(ARCHIVE_ENV, "off" if setting == "off" else str(archive))
+
+    runner = LocalSparkRunner(spark_submit="spark-submit", class_archive=setting != "runner")
+    command = runner.command(SparkJobSpec("app.py"))
+
+    assert DRIVER_JAVA_OPTIONS not in conf_of(command)
+
+
+def test_the_users_own_class_sharing_choice_is_left_alone(archive):
+    spec = SparkJobSpec("app.py", conf={DRIVER_JAVA_OPTIONS: "-Xshare:off"})
+
+    command = LocalSparkRunner(spark_submit="spark-submit").command(spec)
+
+    assert conf_of(command)[DRIVER_JAVA_OPTIONS] == "-Xshare:off"
+
+
+def classes_from_archive(work: Path) -> int:
+    """Run an empty PySpark application through the runner (Iceberg conf, as a window's jobs);
+    the classes its driver took from a class archive."""
+    application = work / "empty.py"
+    application.write_text(EMPTY_APPLICATION)
+    loaded = work / "class-load.log"
+    spec = iceberg_job_spec("extract", IcebergCatalog(warehouse=str(work / "warehouse")), [], name="archive-check",
+                            conf={DRIVER_JAVA_OPTIONS: f"-Xlog:class+load=info:file={loaded}"})
+    spec = replace(spec, application=str(application))
+    runner = LocalSparkRunner(master="local[1]")
+    subprocess.run(runner.command(spec), env=runner.environment(spec), check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300)
+    return sum(FROM_ARCHIVE in line for line in loaded.read_text().splitlines())
+
+
+def test_a_spark_submit_driver_maps_the_class_archive_make_setup_built(tmp_path):
+    path = archive_path()
+    if path is None or not path.is_file():
+        pytest.fail(f"no class archive at {path}: `make setup` builds it "
+                    f"(python -m airflow_cdc.spark.class_archive), and said why if it could not")
+
+    assert classes_from_archive(tmp_path) > 1000
+
+
+@pytest.mark.long
+def test_a_built_class_archive_is_mapped_by_the_next_driver(tmp_path, monkeypatch):
+    archive = tmp_path / "built.jsa"
+    monkeypatch.setenv(ARCHIVE_ENV, str(archive))
+
+    assert build_archive(archive) == archive
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
+    assert classes_from_archive(tmp_path) > 1000
