@@ -186,14 +186,16 @@ class ViewSeen:
 
 
 def open_view(driver, server: ViewServer, stream: str | None = None,
-              timeout: float = 180, attempts: int = 3) -> ViewSeen:
-    """Open the CDC page in Airflow's UI (logged in), optionally select ``stream``, and read
-    what it shows once its data (and its chart) loaded. Leaves the driver in the page's frame.
+              timeout: float = 180, attempts: int = 4, user: str = "viewer") -> ViewSeen:
+    """Open the CDC page in Airflow's UI (logged in as ``user``), optionally select ``stream``,
+    and read what it shows once its data (and its chart) loaded. Leaves the driver in the
+    page's frame.
 
     Airflow's UI mounts the page's frame once its own scripts ran; on a loaded machine it has
     once shown the page's URL with no frame for minutes (CI). A page with no frame within its
-    share of ``timeout`` is loaded again, ``attempts`` times in all, before failing with the
-    URL and text the browser shows.
+    share of ``timeout`` is loaded again; a load that lands on the login page (CI once: the
+    session of a login that reached the page's URL was not kept) logs in again. ``attempts``
+    in all, then it fails with the URL and text the browser shows.
     """
     from selenium.common.exceptions import TimeoutException
     from selenium.webdriver.common.by import By
@@ -206,12 +208,18 @@ def open_view(driver, server: ViewServer, stream: str | None = None,
     for attempt in range(attempts):
         driver.switch_to.default_content()
         try:
-            frame = WebDriverWait(driver, timeout / attempts).until(
-                lambda d: d.find_element(By.CSS_SELECTOR, "iframe"))
-            break
+            [found] = WebDriverWait(driver, timeout / attempts).until(
+                lambda d: (d.find_elements(By.CSS_SELECTOR, "iframe")
+                           or d.find_elements(By.CSS_SELECTOR, "input[name=username]"))[:1])
         except TimeoutException:
             if attempt + 1 < attempts:
                 driver.get(f"{server.url}{VIEW_ROUTE}")
+            continue
+        if found.tag_name == "iframe":
+            frame = found
+            break
+        if attempt + 1 < attempts:
+            log_in(driver, server, user, timeout=timeout / attempts, attempts=1)
     if frame is None:
         text = driver.find_element(By.TAG_NAME, "body").text[:500]
         raise RuntimeError(f"the CDC page's frame did not appear after {attempts} loads: the browser "

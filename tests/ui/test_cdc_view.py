@@ -147,3 +147,18 @@ def test_the_view_in_airflows_ui_shows_the_streams_and_windows(view_server, tmp_
     assert "WAITING" in seen.text and "1 lagging" in seen.text
     assert CANARY not in seen.text and CANARY not in first.text
     assert Image.open(shot).size[0] == 1440
+
+
+def test_opening_the_view_logs_in_again_when_the_browser_lost_its_session(view_server):
+    from airflow_cdc.demo.ui import VIEW_ROUTE, chromium, log_in, open_view
+
+    driver = chromium()
+    try:
+        log_in(driver, view_server)
+        driver.delete_all_cookies()
+        driver.execute_script("window.localStorage.clear(); window.sessionStorage.clear();")
+        driver.get(f"{view_server.url}{VIEW_ROUTE}")
+        seen = open_view(driver, view_server)
+    finally:
+        driver.quit()
+    assert seen.streams == STREAMS_IN_ATTENTION_ORDER
