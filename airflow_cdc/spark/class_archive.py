@@ -16,8 +16,9 @@ catalog and writes, merges and reads one table, so the write path's classes are 
 :class:`~airflow_cdc.spark.runners.LocalSparkRunner` then adds it to each driver's Java
 options when it exists. The JVM checks the archive against its own build and class path and
 maps nothing (with a warning) when they differ, so a stale archive costs the saving, never a
-job; its file name carries the Java and Spark it was built for, so a new Java or Spark gets
-its own. ``AIRFLOW_CDC_CLASS_ARCHIVE`` names another file, or ``off`` turns it off.
+job; its file name carries the Java and Spark it was built for (down to the jars' sizes and
+times), so a new Java or Spark, or a venv made again, gets its own. ``AIRFLOW_CDC_CLASS_ARCHIVE``
+names another file, or ``off`` turns it off.
 Executors on a cluster start their own JVMs and are left alone.
 """
 
@@ -69,7 +70,8 @@ def archive_path(environ: Mapping[str, str] | None = None) -> Path | None:
 
 def _build_key(environ: Mapping[str, str]) -> str:
     """The Java and Spark an archive is built for: the java executable (path, size, time) and
-    the Spark installation (``$SPARK_HOME``, else pyspark's folder)."""
+    the Spark installation (``$SPARK_HOME``, else pyspark's folder, and its jars' names, sizes
+    and times)."""
     from airflow_cdc.spark.environment import with_java
 
     env = with_java(dict(environ))
@@ -88,7 +90,10 @@ def _build_key(environ: Mapping[str, str]) -> str:
     spark = env.get("SPARK_HOME") or (str(list(spec.submodule_search_locations)[0]) if spec else "")
     jars = Path(spark) / "jars" if spark else None
     parts.append(spark)
-    parts.extend(sorted(p.name for p in jars.glob("*.jar")) if jars and jars.is_dir() else ["no Spark jars"])
+    # The JVM also maps nothing when a jar of that class path is not the file it was built
+    # with (a venv made again in the same folder): each jar's size and time are in the key.
+    parts.extend(sorted(f"{jar.name}:{jar.stat().st_size}:{jar.stat().st_mtime_ns}" for jar in jars.glob("*.jar"))
+                 if jars and jars.is_dir() else ["no Spark jars"])
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
 
 
