@@ -72,7 +72,7 @@ def _build_key(environ: Mapping[str, str]) -> str:
     """The Java and Spark an archive is built for: the java executable (path, size, time) and
     the Spark installation (``$SPARK_HOME``, else pyspark's folder, and its jars' names, sizes
     and times)."""
-    from airflow_cdc.spark.environment import with_java
+    from airflow_cdc.spark.environment import find_spark, with_java
 
     env = with_java(dict(environ))
     home = env.get("JAVA_HOME")
@@ -82,18 +82,17 @@ def _build_key(environ: Mapping[str, str]) -> str:
         real = Path(java).resolve()
         stat = real.stat()
         parts.append(f"{real}:{stat.st_size}:{int(stat.st_mtime)}")
-    # The driver's class path is Spark's jars folder: the JVM maps an archive only into a
-    # JVM whose class path begins with the one it was built with.
-    from importlib.util import find_spec
-
-    spec = find_spec("pyspark")
-    spark = env.get("SPARK_HOME") or (str(list(spec.submodule_search_locations)[0]) if spec else "")
-    jars = Path(spark) / "jars" if spark else None
-    parts.append(spark)
-    # The JVM also maps nothing when a jar of that class path is not the file it was built
-    # with (a venv made again in the same folder): each jar's size and time are in the key.
-    parts.extend(sorted(f"{jar.name}:{jar.stat().st_size}:{jar.stat().st_mtime_ns}" for jar in jars.glob("*.jar"))
-                 if jars and jars.is_dir() else ["no Spark jars"])
+    # The driver's class path is Spark's jars folder: the JVM maps an archive only into a JVM
+    # whose class path begins with the one it was built with, and whose jars are the files it
+    # was built with (a venv made again in the same folder has new ones): each jar's size and
+    # time are in the key.
+    spark = find_spark(env)
+    jars = spark.home / "jars" if spark else None
+    parts.append(str(spark.home) if spark else "no Spark")
+    if jars is not None and jars.is_dir():
+        for jar in sorted(jars.glob("*.jar")):
+            stat = jar.stat()
+            parts.append(f"{jar.name}:{stat.st_size}:{stat.st_mtime_ns}")
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:12]
 
 
