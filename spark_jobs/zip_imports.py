@@ -13,7 +13,9 @@ read tasks took 115-305 ms each to start). Here an importer reads its archive ag
 the file's size or modification time is not what it was at its last read, which is what the
 invalidation is for (a py-file replaced under the same name). The first import of a
 ``spark_jobs`` module in a worker installs it (``spark_jobs/__init__.py``), so it holds from
-the worker's second task on; on Python 3.12 and later nothing is changed.
+the worker's second task on; on Python 3.12 and later nothing is changed. A worker that only
+ever runs functions of ``airflow_cdc.sources`` (the Datastream and commit-timestamp reads, the
+Bigtable apply's mutations) imports no ``spark_jobs`` module and keeps re-reading.
 """
 
 from __future__ import annotations
@@ -36,9 +38,11 @@ def _archive_stamp(path: str) -> tuple[int, int] | None:
 def read_zip_directories_when_changed() -> bool:
     """Make ``zipimporter.invalidate_caches`` read an archive only when it changed since its
     last read (Python < 3.12; once per process). Returns whether it is in place."""
+    if sys.version_info >= (3, 12):
+        return False
     invalidate = zipimport.zipimporter.invalidate_caches
-    if sys.version_info >= (3, 12) or getattr(invalidate, "reads_when_changed", False):
-        return getattr(invalidate, "reads_when_changed", False)
+    if getattr(invalidate, "reads_when_changed", False):
+        return True
 
     def invalidate_caches(self) -> None:
         stamp = _archive_stamp(self.archive)
