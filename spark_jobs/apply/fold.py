@@ -32,12 +32,13 @@ Procedure (:func:`fold_table`):
 
 Steps 1-3 (:func:`ordered_changes`) and steps 4-5 (:func:`fold_table`) are each one Spark SQL
 statement, built as text in stages (``sql.py``): one py4j call and one analysis each, where the
-same plan built from ``Column`` objects took thousands of round trips per window.
+same plan built from ``Column`` objects took thousands of round trips per window. A table
+without history folds with one statement for all five (:func:`folded_changes`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, Window
@@ -373,78 +374,121 @@ def ordered_changes(
     window pass would drop anyway (keys without a change), so the outcome is the same.
     """
     spark = rows.sparkSession
+    with temp_views(spark, _guarded_frames(rows, target_before, tombstones_before)) as views:
+        query = Query(views["rows"])
+        _order(query, views, plan, check_values, partitions, guard_keys_only)
+        return sql_frame(spark, query.sql())
+
+
+def folded_changes(
+    rows: DataFrame,
+    plan: TablePlan,
+    target_before: DataFrame | None,
+    tombstones_before: DataFrame | None,
+    partitions: int | None = None,
+    guard_keys_only: bool = False,
+) -> DataFrame:
+    """Steps 1-5 in one statement: :func:`fold_table` of :func:`ordered_changes` (the same
+    arguments, without ``check_values``), for a table whose ordered changes nothing else
+    reads (no history).
+
+    A performance strategy. Saves: one analysis of steps 1-3 per table and window: Spark
+    analysed them once as their own statement and again, whole, under the fold's (the
+    analysis of a small window's folds is most of their driver time; ``bench/window.py``).
+    """
+    spark = rows.sparkSession
+    with temp_views(spark, _guarded_frames(rows, target_before, tombstones_before)) as views:
+        query = Query(views["rows"])
+        _order(query, views, plan, False, partitions, guard_keys_only)
+        _fold(query, plan)
+        return sql_frame(spark, query.sql())
+
+
+def _guarded_frames(
+    rows: DataFrame, target_before: DataFrame | None, tombstones_before: DataFrame | None
+) -> dict[str, DataFrame]:
     frames = {"rows": rows}
     if target_before is not None:
         frames["target"] = target_before
     if tombstones_before is not None:
         frames["tombstones"] = tombstones_before
-    with temp_views(spark, frames) as views:
-        query = Query(views["rows"])
-        parsed = _parse(query, plan, fold_input(plan), check_values, reasons=False)
-        flags = ["__row_bad", "__is_delete", "__is_reset", *[touched for _, touched in fold_columns(plan).values.values()]]
-        packed, words, unpacked = _packed_flags(flags)
-        unflagged = [c for c in parsed if c not in flags]
-        query.select([*unflagged, *packed])
-        shuffled = unflagged + words
-        changes = query.last
-        guarded = "target" in views or "tombstones" in views
-        if guarded:
-            # Guard rows: the key, a NULL ordering key, the table's ordering key as __tseq
-            # (target) or __dseq (tombstones), NULL for every other column.
-            sides = [
-                f"SELECT {', '.join(shuffled)}, true AS __change, "
-                f"CAST(NULL AS BINARY) AS __tseq, CAST(NULL AS BINARY) AS __dseq FROM {changes}"
-            ]
-            for role, seq in (("target", "__tseq"), ("tombstones", "__dseq")):
-                if role not in views:
-                    continue
-                guard = {"__key": stored_key_text(plan), "ordering_key": "CAST(NULL AS BINARY)"}
-                columns = [f"{guard.get(c, 'NULL')} AS {c}" for c in shuffled]
-                seqs = [f"{'_cdc_seq' if s == seq else 'NULL'} AS {s}" for s in ("__tseq", "__dseq")]
-                source = views[role]
-                if guard_keys_only:
-                    window_keys = f"(SELECT __key FROM {changes}) __wk"
-                    source = (
-                        f"(SELECT /*+ BROADCAST(__wk) */ g.* FROM {source} g "
-                        f"LEFT SEMI JOIN {window_keys} ON {stored_key_text(plan, 'g.')} = __wk.__key)"
-                    )
-                sides.append(f"SELECT {', '.join(columns)}, NULL AS __change, {', '.join(seqs)} FROM {source}")
-            query.stage(" UNION ALL ".join(sides))
-            _repartition(query, partitions)
-            query.select(
-                [
-                    "*",
-                    "lag(ordering_key) OVER k AS __prev_seq",
-                    "lag(__h) OVER k AS __prev_h",
-                    "max(__tseq) OVER w AS __key_tseq",
-                    "max(__dseq) OVER w AS __key_dseq",
-                ],
-                windows=_WINDOWS,
-            )
-            where = "__change IS NOT NULL"
-            guard_seq, in_target, tombstoned = "greatest(__key_tseq, __key_dseq)", "__key_tseq IS NOT NULL", "__key_dseq IS NOT NULL"
-        else:
-            _repartition(query, partitions)
-            query.select(["*", "lag(ordering_key) OVER k AS __prev_seq", "lag(__h) OVER k AS __prev_h"], windows=_WINDOWS)
-            where = None
-            guard_seq, in_target, tombstoned = "CAST(NULL AS BINARY)", "false", "false"
-        same_seq = coalesce_false("__prev_seq = ordering_key")
-        same_content = coalesce_false("__prev_h = __h")
-        redelivered = f"({same_seq} AND {same_content})"
+    return frames
+
+
+def _order(
+    query: Query,
+    views: Mapping[str, str],
+    plan: TablePlan,
+    check_values: bool,
+    partitions: int | None,
+    guard_keys_only: bool,
+) -> None:
+    """Steps 1-3 as stages of ``query`` (which reads ``views["rows"]``); see :func:`ordered_changes`."""
+    parsed = _parse(query, plan, fold_input(plan), check_values, reasons=False)
+    flags = ["__row_bad", "__is_delete", "__is_reset", *[touched for _, touched in fold_columns(plan).values.values()]]
+    packed, words, unpacked = _packed_flags(flags)
+    unflagged = [c for c in parsed if c not in flags]
+    query.select([*unflagged, *packed])
+    shuffled = unflagged + words
+    guarded = "target" in views or "tombstones" in views
+    # Read twice when each guard side keeps the window's keys only.
+    changes = query.share() if guarded and guard_keys_only else query.last
+    if guarded:
+        # Guard rows: the key, a NULL ordering key, the table's ordering key as __tseq
+        # (target) or __dseq (tombstones), NULL for every other column.
+        sides = [
+            f"SELECT {', '.join(shuffled)}, true AS __change, "
+            f"CAST(NULL AS BINARY) AS __tseq, CAST(NULL AS BINARY) AS __dseq FROM {changes}"
+        ]
+        for role, seq in (("target", "__tseq"), ("tombstones", "__dseq")):
+            if role not in views:
+                continue
+            guard = {"__key": stored_key_text(plan), "ordering_key": "CAST(NULL AS BINARY)"}
+            columns = [f"{guard.get(c, 'NULL')} AS {c}" for c in shuffled]
+            seqs = [f"{'_cdc_seq' if s == seq else 'NULL'} AS {s}" for s in ("__tseq", "__dseq")]
+            source = views[role]
+            if guard_keys_only:
+                window_keys = f"(SELECT __key FROM {changes}) __wk"
+                source = (
+                    f"(SELECT /*+ BROADCAST(__wk) */ g.* FROM {source} g "
+                    f"LEFT SEMI JOIN {window_keys} ON {stored_key_text(plan, 'g.')} = __wk.__key)"
+                )
+            sides.append(f"SELECT {', '.join(columns)}, NULL AS __change, {', '.join(seqs)} FROM {source}")
+        query.stage(" UNION ALL ".join(sides))
+        _repartition(query, partitions)
         query.select(
             [
-                *unflagged,
-                *unpacked,
-                f"{redelivered} AS __redelivered",
-                f"({same_seq} AND NOT {same_content}) AS __clash",
-                f"{guard_seq} AS __guard_seq",
-                f"{in_target} AS __in_target",
-                f"{tombstoned} AS __tombstoned",
-                f"(({guard_seq}) IS NULL OR ordering_key > {guard_seq}) AND NOT {redelivered} AS __live",
+                "*",
+                "lag(ordering_key) OVER k AS __prev_seq",
+                "lag(__h) OVER k AS __prev_h",
+                "max(__tseq) OVER w AS __key_tseq",
+                "max(__dseq) OVER w AS __key_dseq",
             ],
-            where=where,
+            windows=_WINDOWS,
         )
-        return sql_frame(spark, query.sql())
+        where = "__change IS NOT NULL"
+        guard_seq, in_target, tombstoned = "greatest(__key_tseq, __key_dseq)", "__key_tseq IS NOT NULL", "__key_dseq IS NOT NULL"
+    else:
+        _repartition(query, partitions)
+        query.select(["*", "lag(ordering_key) OVER k AS __prev_seq", "lag(__h) OVER k AS __prev_h"], windows=_WINDOWS)
+        where = None
+        guard_seq, in_target, tombstoned = "CAST(NULL AS BINARY)", "false", "false"
+    same_seq = coalesce_false("__prev_seq = ordering_key")
+    same_content = coalesce_false("__prev_h = __h")
+    redelivered = f"({same_seq} AND {same_content})"
+    query.select(
+        [
+            *unflagged,
+            *unpacked,
+            f"{redelivered} AS __redelivered",
+            f"({same_seq} AND NOT {same_content}) AS __clash",
+            f"{guard_seq} AS __guard_seq",
+            f"{in_target} AS __in_target",
+            f"{tombstoned} AS __tombstoned",
+            f"(({guard_seq}) IS NULL OR ordering_key > {guard_seq}) AND NOT {redelivered} AS __live",
+        ],
+        where=where,
+    )
 
 
 def _repartition(query: Query, partitions: int | None) -> None:
@@ -481,6 +525,15 @@ def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
     (``spark.sql.codegen.aggregate.sortAggregate.enabled``): medians 3.52 s (this pass), 3.54 s
     (GROUP BY), 3.83 s (GROUP BY, generated code); the same outcome each way (2026-12-03).
     """
+    spark = changes.sparkSession
+    with temp_views(spark, {"changes": changes}) as views:
+        query = Query(views["changes"])
+        _fold(query, plan)
+        return sql_frame(spark, query.sql())
+
+
+def _fold(query: Query, plan: TablePlan) -> None:
+    """Steps 4-5 as stages of ``query`` (which reads ordered changes); see :func:`fold_table`."""
     names = fold_columns(plan)
     values = list(names.values.values())
 
@@ -488,98 +541,94 @@ def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
         struct = ", ".join(f"{string(f)}, {v}" for f, v in fields.items())
         return f"last(CASE WHEN {condition} THEN named_struct({struct}) END, true) OVER w"
 
-    spark = changes.sparkSession
-    with temp_views(spark, {"changes": changes}) as views:
-        query = Query(views["changes"])
-        query.select(
-            [
-                "__key", "__in_target", "__tombstoned",
-                "count(1) OVER w AS __changes",
-                "count_if(NOT __live) OVER w AS __not_live",
-                "max(__clash) OVER w AS __clash",
-                "max(__row_bad) OVER w AS __row_bad",
-                f"{latest('__live', s='ordering_key', d='__is_delete', ts='commit_ts')} AS __last",
-                f"{latest('__live AND __is_reset', s='ordering_key', d='__is_delete')} AS __reset",
-                *[f"{latest(f'__live AND {touched}', v=value)} AS {value}" for value, touched in values],
-                "lead(true) OVER k IS NULL AS __last_row",
-            ],
-            windows=_WINDOWS,
-        )
-        # Type the folded values (one per key and column) and say why one does not convert.
-        # Each value converts once: arrays are parsed into elements first, and a conversion
-        # failed where a present value (or element) typed to NULL.
-        arrays = {column for column, kind in plan.columns.items() if kind.startswith("array<")}
-        kept = ["__key", "__changes", "__not_live", "__clash", "__row_bad", "__in_target", "__tombstoned",
-                "__seq", "__last_is_delete", "__commit_ts", "__reset_seq", "__reset_is_delete"]
-        query.select(
-            [
-                *kept[:7],
-                "__last.s AS __seq", "__last.d AS __last_is_delete", "__last.ts AS __commit_ts",
-                "__reset.s AS __reset_seq", "__reset.d AS __reset_is_delete",
-                *[f"{value} IS NOT NULL AS {touched}" for value, touched in values],
-                *[f"{value}.v AS {value}" for value, _ in values],
-                *[f"{array_elements(f'{names.values[c][0]}.v')} AS {names.values[c][0]}_e" for c in sorted(arrays)],
-            ],
-            where="__last_row",
-        )
-        typed, failed = [], []
-        for column, (value, touched) in names.values.items():
-            kind = plan.columns[column]
-            elements = f"{value}_e" if column in arrays else None
-            typed.append(f"{typed_value(value, kind, elements=elements)} AS {value}_t")
-            bad = conversion_failed(value, f"{value}_t", kind, elements)
-            reason = f"concat({string(f'column {column!r} value ')}, {_text(value)}, {string(f' is not a {kind}')})"
-            failed.append(f"CASE WHEN {touched} AND {bad} THEN {reason} END")
-        query.select(["*", *typed])
-        query.select(
-            [
-                *kept,
-                *[touched for _, touched in values],
-                *[f"{value}_t AS {value}" for value, _ in values],
-                f"coalesce(CAST(NULL AS STRING), {', '.join(failed) or 'NULL'}) AS __value_problem",
-            ]
-        )
-        target_name = str(plan.target)
-        folded_bad = string("the key's folded row is bad: ")
-        key_reason = case_when(
-            [
-                (
-                    "__clash",
-                    string(
-                        "two different changes of this key have the same ordering key (a source bug): "
-                        "apply never orders them by arrival; fix the source's ordering key and replay"
-                    ),
+    query.select(
+        [
+            "__key", "__in_target", "__tombstoned",
+            "count(1) OVER w AS __changes",
+            "count_if(NOT __live) OVER w AS __not_live",
+            "max(__clash) OVER w AS __clash",
+            "max(__row_bad) OVER w AS __row_bad",
+            f"{latest('__live', s='ordering_key', d='__is_delete', ts='commit_ts')} AS __last",
+            f"{latest('__live AND __is_reset', s='ordering_key', d='__is_delete')} AS __reset",
+            *[f"{latest(f'__live AND {touched}', v=value)} AS {value}" for value, touched in values],
+            "lead(true) OVER k IS NULL AS __last_row",
+        ],
+        windows=_WINDOWS,
+    )
+    # Type the folded values (one per key and column) and say why one does not convert.
+    # Each value converts once: arrays are parsed into elements first, and a conversion
+    # failed where a present value (or element) typed to NULL.
+    arrays = {column for column, kind in plan.columns.items() if kind.startswith("array<")}
+    kept = ["__key", "__changes", "__not_live", "__clash", "__row_bad", "__in_target", "__tombstoned",
+            "__seq", "__last_is_delete", "__commit_ts", "__reset_seq", "__reset_is_delete"]
+    query.select(
+        [
+            *kept[:7],
+            "__last.s AS __seq", "__last.d AS __last_is_delete", "__last.ts AS __commit_ts",
+            "__reset.s AS __reset_seq", "__reset.d AS __reset_is_delete",
+            *[f"{value} IS NOT NULL AS {touched}" for value, touched in values],
+            *[f"{value}.v AS {value}" for value, _ in values],
+            *[f"{array_elements(f'{names.values[c][0]}.v')} AS {names.values[c][0]}_e" for c in sorted(arrays)],
+        ],
+        where="__last_row",
+    )
+    typed, failed = [], []
+    for column, (value, touched) in names.values.items():
+        kind = plan.columns[column]
+        elements = f"{value}_e" if column in arrays else None
+        typed.append(f"{typed_value(value, kind, elements=elements)} AS {value}_t")
+        bad = conversion_failed(value, f"{value}_t", kind, elements)
+        reason = f"concat({string(f'column {column!r} value ')}, {_text(value)}, {string(f' is not a {kind}')})"
+        failed.append(f"CASE WHEN {touched} AND {bad} THEN {reason} END")
+    query.select(["*", *typed])
+    query.select(
+        [
+            *kept,
+            *[touched for _, touched in values],
+            *[f"{value}_t AS {value}" for value, _ in values],
+            f"coalesce(CAST(NULL AS STRING), {', '.join(failed) or 'NULL'}) AS __value_problem",
+        ]
+    )
+    target_name = str(plan.target)
+    folded_bad = string("the key's folded row is bad: ")
+    key_reason = case_when(
+        [
+            (
+                "__clash",
+                string(
+                    "two different changes of this key have the same ordering key (a source bug): "
+                    "apply never orders them by arrival; fix the source's ordering key and replay"
                 ),
-                ("__row_bad", "NULL"),  # the text names the bad change: see dead_letter_rows
-                ("__seq IS NULL", "NULL"),
-                ("__last_is_delete", "NULL"),
-                ("__value_problem IS NOT NULL", f"concat({folded_bad}, __value_problem)"),
-                (
-                    "__reset_seq IS NULL AND NOT __in_target",
-                    string(
-                        f"partial update (PARTIAL image) for a key that target {target_name} does not hold: "
-                        f"the row's other columns are unknown, so it cannot be applied (the source's "
-                        f"earlier changes of this key are missing)"
-                    ),
+            ),
+            ("__row_bad", "NULL"),  # the text names the bad change: see dead_letter_rows
+            ("__seq IS NULL", "NULL"),
+            ("__last_is_delete", "NULL"),
+            ("__value_problem IS NOT NULL", f"concat({folded_bad}, __value_problem)"),
+            (
+                "__reset_seq IS NULL AND NOT __in_target",
+                string(
+                    f"partial update (PARTIAL image) for a key that target {target_name} does not hold: "
+                    f"the row's other columns are unknown, so it cannot be applied (the source's "
+                    f"earlier changes of this key are missing)"
                 ),
-                (
-                    "__reset_is_delete",
-                    string("partial update (PARTIAL image) after a delete of the key in the same window: it cannot be applied"),
-                ),
-            ]
-        )
-        query.select(["*", f"{key_reason} AS __key_reason"])
-        action = case_when(
-            [
-                ("__key_reason IS NOT NULL OR __row_bad", "'DEAD'"),
-                ("__seq IS NULL", "'STALE'"),
-                ("__last_is_delete", "'DELETE'"),
-                ("__reset_seq IS NOT NULL", "'UPSERT'"),
-            ],
-            "'PATCH'",
-        )
-        query.select(["*", f"{action} AS __action"])
-        return sql_frame(spark, query.sql())
+            ),
+            (
+                "__reset_is_delete",
+                string("partial update (PARTIAL image) after a delete of the key in the same window: it cannot be applied"),
+            ),
+        ]
+    )
+    query.select(["*", f"{key_reason} AS __key_reason"])
+    action = case_when(
+        [
+            ("__key_reason IS NOT NULL OR __row_bad", "'DEAD'"),
+            ("__seq IS NULL", "'STALE'"),
+            ("__last_is_delete", "'DELETE'"),
+            ("__reset_seq IS NOT NULL", "'UPSERT'"),
+        ],
+        "'PATCH'",
+    )
+    query.select(["*", f"{action} AS __action"])
 
 
 def dead_letter_rows(parsed: DataFrame, folded: DataFrame) -> DataFrame:

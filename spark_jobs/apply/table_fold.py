@@ -31,7 +31,7 @@ from pyspark.sql import functions as F
 
 from spark_jobs.apply.commit_threads import side_by_side
 from spark_jobs.apply.config import ApplyConfig
-from spark_jobs.apply.fold import dead_letter_rows, fold_table, ordered_changes, parse_changes
+from spark_jobs.apply.fold import dead_letter_rows, fold_table, folded_changes, ordered_changes, parse_changes
 from spark_jobs.apply.guard_keys import guard_keys_only
 from spark_jobs.apply.partitioning import fold_partitions_for, guard_rows_for
 from spark_jobs.apply.result import TableResult
@@ -49,7 +49,7 @@ class TableWork:
     result: TableResult
     commits: dict[str, WindowCommit | None] = field(default_factory=dict)
     folded: DataFrame | None = None
-    changes: DataFrame | None = None
+    changes: DataFrame | None = None  # the ordered changes, checkpointed (with history only)
     target_before: DataFrame | None = None
     tombstones_before: DataFrame | None = None
     dead_letters: DataFrame | None = None
@@ -208,18 +208,21 @@ def fold_planned_table(
     if keys_only:  # at most one target and one tombstone row per changed key
         guard_rows = min(guard_rows, 2 * plan.rows)
     partitions = fold_partitions_for(spark, plan, guard_rows, config.fold_rows_per_task)
-    changes = ordered_changes(
-        table_rows, plan, target_before, tombstones_before, check_values=plan.history, partitions=partitions,
-        guard_keys_only=keys_only,
-    )
     if plan.history:  # the history reads every change again; computed once, here
-        changes = changes.localCheckpoint(eager=True)
+        changes = ordered_changes(
+            table_rows, plan, target_before, tombstones_before, check_values=True, partitions=partitions,
+            guard_keys_only=keys_only,
+        ).localCheckpoint(eager=True)
+        folded = fold_table(changes, plan)
+    else:
+        changes = None
+        folded = folded_changes(table_rows, plan, target_before, tombstones_before, partitions, keys_only)
     # Checkpointed, not only cached: the MERGEs below embed this frame in plans Iceberg
     # rewrites, where a cache is not always recognised, and a cache is dropped when a table
     # it read is written; a checkpoint is never recomputed. The counts are observed as the
     # checkpoint is computed, so they cost no job of their own.
     counts = Observation(f"cdc_counts_{uuid.uuid4().hex}")
-    folded = fold_table(changes, plan).observe(counts, *_count_metrics()).localCheckpoint(eager=True)
+    folded = folded.observe(counts, *_count_metrics()).localCheckpoint(eager=True)
     work.folded, work.changes, work.target_before = folded, changes, target_before
     work.tombstones_before = tombstones_before
     observed = {name: int(value or 0) for name, value in counts.get.items()}
@@ -252,7 +255,7 @@ def release(work: TableWork) -> None:
     checkpointed RDD is garbage collected; a session that applies window after window would
     carry them into the next window's fold.
     """
-    for frame in (work.folded, work.changes):  # changes is a checkpoint only with history
+    for frame in (work.folded, work.changes):  # changes: with history only
         if frame is not None:
             release_checkpoint(frame)
     work.folded = work.changes = None

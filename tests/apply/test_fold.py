@@ -184,3 +184,59 @@ def test_a_window_folded_in_many_tasks_gives_the_same_target(lake):
     [snapshot] = lake.snapshots("Accounts")
     assert int(snapshot["summary"]["added-data-files"]) == 8
     assert values_of(lake.rows("Accounts"), "name", "balance") == {k: (f"n{k}", -k) for k in range(3000)}
+
+
+def test_one_statement_folds_a_table_as_its_two_statements_do(applied, monkeypatch):
+    # A table without history folds in one statement (fold.folded_changes); the same window
+    # folded as ordered_changes then fold_table (the history's two statements) gives the same
+    # row per key: guard, redelivery, clash, stale, partial and full images alike.
+    from spark_jobs.apply import table_fold
+    from spark_jobs.apply.fold import fold_table, ordered_changes
+
+    lake, _ = applied
+    w2 = window(2)
+    accounts = Changes("Accounts", TYPES)
+    accounts.add(w2, "UPDATE", 1, {"balance": 300}, when=at(2, 1), image="PARTIAL")
+    accounts.add(w2, "UPDATE", 2, {"name": "late", "balance": 0}, when=at(0, 30))  # older than the target's
+    accounts.add(w2, "DELETE", 3, when=at(2, 1))
+    accounts.add(w2, "INSERT", 4, {"name": "zombie", "balance": 4}, when=at(1, 1))  # older than its tombstone
+    accounts.add(w2, "INSERT", 10, {"name": "j", "balance": 10, "note": "new"}, when=at(2, 1))
+    accounts.add(w2, "UPDATE", 10, {"note": None}, when=at(2, 2), image="PARTIAL")
+    accounts.add(w2, "UPDATE", 11, {"balance": 1}, when=at(2, 1), image="PARTIAL", ordering_key=seq(at(2, 1)))
+    accounts.add(w2, "UPDATE", 11, {"balance": 2}, when=at(2, 1), image="PARTIAL", ordering_key=seq(at(2, 1)))
+    accounts.add(w2, "INSERT", 12, {"name": "l", "balance": 12}, when=at(2, 3))
+    accounts.add(w2, "INSERT", 12, {"name": "l", "balance": 12}, when=at(2, 3))
+    lake.write(accounts, win=w2)
+    one_statement = _folded_rows(lake, w2)
+
+    def two_statements(rows, plan, target_before, tombstones_before, partitions=None, guard_keys_only=False):
+        ordered = ordered_changes(rows, plan, target_before, tombstones_before, partitions=partitions,
+                                  guard_keys_only=guard_keys_only)
+        return fold_table(ordered, plan)
+
+    monkeypatch.setattr(table_fold, "folded_changes", two_statements)
+    assert _folded_rows(lake, w2) == one_statement
+    actions = {row["__key"]: row["__action"] for row in one_statement}
+    assert actions == {"v1": "PATCH", "v2": "STALE", "v3": "DELETE", "v4": "STALE", "v10": "UPSERT",
+                       "v11": "DEAD", "v12": "UPSERT"}
+
+
+def _folded_rows(lake, win) -> list[dict]:
+    """The folded rows of ``win`` (folded, not applied), one dict per key in key order."""
+    from functools import partial
+
+    from spark_jobs.apply.config import ApplyConfig
+    from spark_jobs.apply.declarations import fold_from_declarations
+    from spark_jobs.apply.job import window_rows
+    from spark_jobs.apply.table_fold import fold_tables, release
+
+    config = ApplyConfig.from_dict(lake.config(win, policies={"on_dead_letter": "continue"}))
+    rows = window_rows(lake.spark, config)
+    fold = partial(fold_tables, lake.spark, config, rows)
+    works = fold_from_declarations(lake.spark, config.changelog_table.qualified, win.window_id, rows, fold, release)
+    try:
+        [work] = works
+        return [row.asDict(recursive=True) for row in work.folded.orderBy("__key").collect()]
+    finally:
+        for work in works:
+            release(work)

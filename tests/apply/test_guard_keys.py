@@ -74,50 +74,30 @@ def test_the_window_keys_guard_decides_as_every_keys_guard_does(both):
         assert [getattr(mine.table("Items"), c) for c in counts] == [getattr(theirs.table("Items"), c) for c in counts]
 
 
-def _fold_plan(lake: Lake, overrides: dict) -> str:
-    """The physical plan of the ordered changes of window 3's fold (not applied)."""
+def _fold_plan(lake: Lake, overrides: dict, monkeypatch) -> str:
+    """The physical plan of window 3's fold statement (not applied)."""
     from functools import partial
 
+    from spark_jobs.apply import table_fold
     from spark_jobs.apply.config import ApplyConfig
     from spark_jobs.apply.declarations import fold_from_declarations
     from spark_jobs.apply.job import window_rows
-    from spark_jobs.apply.table_fold import fold_tables, release
 
+    plans = []
+
+    def folded_changes(*args, **kwargs):
+        frame = fold_statement(*args, **kwargs)
+        plans.append(frame._jdf.queryExecution().executedPlan().toString())
+        return frame
+
+    fold_statement = table_fold.folded_changes
+    monkeypatch.setattr(table_fold, "folded_changes", folded_changes)
     config = ApplyConfig.from_dict(lake.config(W3, **overrides))
     rows = window_rows(lake.spark, config)
-    fold = partial(fold_tables, lake.spark, config, rows)
-    works = fold_from_declarations(lake.spark, config.changelog_table.qualified, W3.window_id, rows, fold, release)
-    try:
-        return works[0].changes._jdf.queryExecution().executedPlan().toString()
-    finally:
-        for work in works:
-            release(work)
-
-
-def test_a_small_window_joins_the_guard_with_its_own_keys(both, monkeypatch):
-    monkeypatch.setattr(guard_keys, "MIN_GUARD_ROWS", SMALL_GUARD_FLOOR)
-    keyed, _, _ = both
-    plan = _fold_plan(keyed, {})
-    assert "LeftSemi" in plan and "BroadcastHashJoin" in plan
-
-
-def test_with_the_strategy_off_the_fold_reads_every_keys_guard(both, monkeypatch):
-    monkeypatch.setattr(guard_keys, "MIN_GUARD_ROWS", SMALL_GUARD_FLOOR)
-    keyed, _, _ = both
-    assert "LeftSemi" not in _fold_plan(keyed, UNFILTERED)
-
-
-@pytest.mark.parametrize(
-    ("window_rows", "guard_rows", "max_rows", "expected"),
-    [
-        (1_000, 2_000_000, 500_000, True),  # small against its guard
-        (100_000, 399_999, 500_000, False),  # a guard under 4 rows per change: not worth a join
-        (1_000, 199_999, 500_000, False),  # a guard small enough to sort whole
-        (600_000, 10_000_000, 500_000, False),  # too many keys to broadcast
-        (1_000, 2_000_000, 0, False),  # the strategy turned off
-    ],
-)
-def test_the_guard_is_read_for_the_windows_keys_only_when_the_window_is_small(
-    window_rows, guard_rows, max_rows, expected
-):
-    assert guard_keys_only(window_rows, guard_rows, max_rows) is expected
+    fold = partial(table_fold.fold_tables, lake.spark, config, rows)
+    works = fold_from_declarations(lake.spark, config.changelog_table.qualified, W3.window_id, rows, fold,
+                                   table_fold.release)
+    for work in works:
+        table_fold.release(work)
+    [plan] = plans
+    return plan

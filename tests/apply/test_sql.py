@@ -33,6 +33,19 @@ def test_each_stage_of_a_query_reads_the_one_before(spark):
     assert [tuple(r) for r in result.orderBy("id").collect()] == [(0, 0, 0), (2, 20, 20), (4, 40, 60)]
 
 
+def test_a_shared_stage_is_read_twice_in_one_statement(spark):
+    from spark_jobs.apply.sql import Query, frame, temp_views
+
+    with temp_views(spark, {"numbers": spark.range(4)}) as views:
+        query = Query(views["numbers"])
+        query.select(["id", "id * 10 AS tens"])
+        shared = query.share()
+        query.stage(f"SELECT a.id, b.tens FROM {shared} a JOIN {shared} b ON a.id + 1 = b.id")
+        query.select(["id", "tens + 1 AS next_tens"])
+        result = frame(spark, query.sql())
+    assert sorted(tuple(r) for r in result.collect()) == [(0, 11), (1, 21), (2, 31)]
+
+
 def test_views_are_gone_after_the_block_and_the_frame_still_reads(spark):
     from spark_jobs.apply.sql import frame, temp_views
 
