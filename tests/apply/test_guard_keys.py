@@ -101,3 +101,32 @@ def _fold_plan(lake: Lake, overrides: dict, monkeypatch) -> str:
         table_fold.release(work)
     [plan] = plans
     return plan
+
+
+def test_a_small_window_joins_the_guard_with_its_own_keys(both, monkeypatch):
+    monkeypatch.setattr(guard_keys, "MIN_GUARD_ROWS", SMALL_GUARD_FLOOR)
+    keyed, _, _ = both
+    plan = _fold_plan(keyed, {}, monkeypatch)
+    assert "LeftSemi" in plan and "BroadcastHashJoin" in plan
+
+
+def test_with_the_strategy_off_the_fold_reads_every_keys_guard(both, monkeypatch):
+    monkeypatch.setattr(guard_keys, "MIN_GUARD_ROWS", SMALL_GUARD_FLOOR)
+    keyed, _, _ = both
+    assert "LeftSemi" not in _fold_plan(keyed, UNFILTERED, monkeypatch)
+
+
+@pytest.mark.parametrize(
+    ("window_rows", "guard_rows", "max_rows", "expected"),
+    [
+        (1_000, 2_000_000, 500_000, True),  # small against its guard
+        (100_000, 399_999, 500_000, False),  # a guard under 4 rows per change: not worth a join
+        (1_000, 199_999, 500_000, False),  # a guard small enough to sort whole
+        (600_000, 10_000_000, 500_000, False),  # too many keys to broadcast
+        (1_000, 2_000_000, 0, False),  # the strategy turned off
+    ],
+)
+def test_the_guard_is_read_for_the_windows_keys_only_when_the_window_is_small(
+    window_rows, guard_rows, max_rows, expected
+):
+    assert guard_keys_only(window_rows, guard_rows, max_rows) is expected
