@@ -66,10 +66,13 @@ test: setup services
 	$(PY) -m pytest -m "not live and not long and not jvm_in_process and not faults_matrix and not races_long" --durations=25 $(PYTEST_ARGS)
 	$(PY) -m pytest -m "jvm_in_process and not live and not long and not faults_matrix and not races_long" $(PYTEST_ARGS) || [ $$? = 5 ]
 
-## test-long: the tests marked long (about 14 minutes): every other example DAG window by
-## window (Debezium, commit timestamps, Bigtable's stall, the seam's own source, the window
-## strategies), the reliability matrix's cell, the parallel snapshot killed mid-way, the warm
-## driver's lifecycle; CI runs it after make test.
+## test-long: the tests marked long (about 17 minutes): every other example DAG window by
+## window (Datastream, Debezium, commit timestamps, Bigtable's stall, the seam's own source,
+## the window strategies), the reliability matrix's cell, the parallel snapshot killed mid-way,
+## the warm driver's lifecycle, and the slower variants of kinds make test keeps one run of
+## (Bigtable's merge-on-read targets, commit timestamps on PostgreSQL, Dataproc's serverless
+## batch and deferred wait, the orphaned apply after a compaction, the UI's login again, the
+## warm runner's secret conf, a fold wider than a flag word); CI runs it after make test.
 test-long: setup services
 	$(PY) -m pytest -m "long and not live and not jvm_in_process and not faults_matrix and not races_long" $(PYTEST_ARGS) || [ $$? = 5 ]
 

@@ -9,6 +9,7 @@ Iceberg metadata).
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -143,6 +144,27 @@ class Lake:
         from spark_jobs.apply import apply_window
 
         return apply_window(self.spark, self.config(win, **overrides))
+
+    @contextmanager
+    def folded(self, win: Window, **overrides):
+        """The works of ``win``'s folds, folded and not applied (released on exit)."""
+        from functools import partial
+
+        from spark_jobs.apply.config import ApplyConfig
+        from spark_jobs.apply.declarations import fold_from_declarations
+        from spark_jobs.apply.job import window_rows
+        from spark_jobs.apply.table_fold import fold_tables, release
+
+        config = ApplyConfig.from_dict(self.config(win, **overrides))
+        rows = window_rows(self.spark, config)
+        fold = partial(fold_tables, self.spark, config, rows)
+        works = fold_from_declarations(self.spark, config.changelog_table.qualified, win.window_id, rows, fold,
+                                       release)
+        try:
+            yield works
+        finally:
+            for work in works:
+                release(work)
 
     def sibling(self, suffix: str) -> Lake:
         """Another namespace of the same catalog, to replay the same changes another way."""

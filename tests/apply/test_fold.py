@@ -138,6 +138,7 @@ def test_pyiceberg_reads_the_same_target_as_spark(applied):
     assert normalized(lake.pyiceberg_rows("Accounts")) == normalized(lake.rows("Accounts"))
 
 
+@pytest.mark.long
 def test_a_table_wider_than_one_packed_flag_word_folds_every_column(lake):
     # 70 value columns: their touched flags, with bad/delete/reset, take two 62-bit words.
     columns = [f"c{i:02d}" for i in range(70)]
@@ -223,20 +224,6 @@ def test_one_statement_folds_a_table_as_its_two_statements_do(applied, monkeypat
 
 def _folded_rows(lake, win) -> list[dict]:
     """The folded rows of ``win`` (folded, not applied), one dict per key in key order."""
-    from functools import partial
-
-    from spark_jobs.apply.config import ApplyConfig
-    from spark_jobs.apply.declarations import fold_from_declarations
-    from spark_jobs.apply.job import window_rows
-    from spark_jobs.apply.table_fold import fold_tables, release
-
-    config = ApplyConfig.from_dict(lake.config(win, policies={"on_dead_letter": "continue"}))
-    rows = window_rows(lake.spark, config)
-    fold = partial(fold_tables, lake.spark, config, rows)
-    works = fold_from_declarations(lake.spark, config.changelog_table.qualified, win.window_id, rows, fold, release)
-    try:
+    with lake.folded(win, policies={"on_dead_letter": "continue"}) as works:
         [work] = works
         return [row.asDict(recursive=True) for row in work.folded.orderBy("__key").collect()]
-    finally:
-        for work in works:
-            release(work)

@@ -76,29 +76,19 @@ def test_the_window_keys_guard_decides_as_every_keys_guard_does(both):
 
 def _fold_plan(lake: Lake, overrides: dict, monkeypatch) -> str:
     """The physical plan of window 3's fold statement (not applied)."""
-    from functools import partial
-
     from spark_jobs.apply import table_fold
-    from spark_jobs.apply.config import ApplyConfig
-    from spark_jobs.apply.declarations import fold_from_declarations
-    from spark_jobs.apply.job import window_rows
 
     plans = []
+    fold_statement = table_fold.folded_changes
 
     def folded_changes(*args, **kwargs):
         frame = fold_statement(*args, **kwargs)
         plans.append(frame._jdf.queryExecution().executedPlan().toString())
         return frame
 
-    fold_statement = table_fold.folded_changes
     monkeypatch.setattr(table_fold, "folded_changes", folded_changes)
-    config = ApplyConfig.from_dict(lake.config(W3, **overrides))
-    rows = window_rows(lake.spark, config)
-    fold = partial(table_fold.fold_tables, lake.spark, config, rows)
-    works = fold_from_declarations(lake.spark, config.changelog_table.qualified, W3.window_id, rows, fold,
-                                   table_fold.release)
-    for work in works:
-        table_fold.release(work)
+    with lake.folded(W3, **overrides):
+        pass
     [plan] = plans
     return plan
 

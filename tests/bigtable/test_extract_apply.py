@@ -154,6 +154,7 @@ def table_state(spark, table: str) -> tuple[str | None, int]:
     return properties.get("write.merge.mode"), int(summary.get("total-delete-files", 0))
 
 
+@pytest.mark.long
 def test_merge_on_read_tables_hold_the_true_state_with_their_changes_in_delete_files(
         spark, extracted, emulator, tmp_path):
     config, namespace = extracted, f"mor_{uuid.uuid4().hex[:6]}"

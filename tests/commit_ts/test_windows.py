@@ -295,6 +295,7 @@ def test_a_commit_timestamp_leading_the_key_or_an_index_warns_of_a_hotspot(
     assert any("hotspot" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.long
 def test_a_postgresql_database_gives_the_same_targets_as_googlesql(
         spark, emulator, tables, tmp_path):
     (first, second) = windows(2)

@@ -17,6 +17,9 @@ import pytest
 from airflow_cdc.model import WindowState
 from tests.warm import stop_warm_drivers, warm_driver_env
 
+# make test-long: make test keeps the Spanner DAG as its one example DAG run through dag.test.
+pytestmark = pytest.mark.long
+
 DAG_ID = "datastream_to_iceberg"
 
 

@@ -146,6 +146,7 @@ def is_alive(pid: int) -> bool:
 
 
 # -- jobs ---------------------------------------------------------------------------------------
+@pytest.mark.long
 def test_pyspark_job_runs_to_done_with_its_status_history_in_order(job_client, scripts, tmp_path):
     result = tmp_path / "count.txt"
     submitted = submit(job_client, pyspark_job(scripts["count"], str(result)))

@@ -207,11 +207,13 @@ def compacted(spark, warehouse):
                "late": contents(late), "late outcomes": late_outcomes}
 
 
+@pytest.mark.long
 def test_an_orphaned_apply_committing_after_the_retrys_compaction_leaves_every_table_as_one_apply(compacted):
     assert compacted["raced"] == compacted["once"]
     assert compacted["W1 tags"] == {table: 1 for table in TABLES}
 
 
+@pytest.mark.long
 def test_the_retry_compacts_and_the_orphan_takes_its_commits_both_applied_without_compaction_errors(compacted):
     retry, orphan = compacted["outcomes"]["retry"], compacted["outcomes"]["orphan"]
     assert retry.status == orphan.status == "applied"
@@ -221,6 +223,7 @@ def test_the_retry_compacts_and_the_orphan_takes_its_commits_both_applied_withou
     assert (orphaned.upserts, orphaned.deletes) == (retried.upserts, retried.deletes)
 
 
+@pytest.mark.long
 def test_an_orphaned_merge_reading_the_table_after_the_retrys_commit_changes_no_row(compacted):
     assert compacted["late"] == compacted["once"]
     assert {name: r.status for name, r in compacted["late outcomes"].items()} == {"orphan": "applied", "retry": "applied"}

@@ -121,6 +121,7 @@ def test_killing_a_running_job_cancels_it_on_dataproc(services):
     assert "CANCELLED" in outcome["error"]
 
 
+@pytest.mark.long
 def test_a_serverless_batch_runs_with_its_runtime_properties(services):
     result_uri = f"{services['root']}/results/batch.txt"
     runner = DataprocBatchRunner(hook=hook(), region=REGION, project_id=PROJECT,
@@ -133,6 +134,7 @@ def test_a_serverless_batch_runs_with_its_runtime_properties(services):
     assert work_root.read_text(result_uri) == "7 batch-property"
 
 
+@pytest.mark.long
 def test_the_deferred_wait_fires_done_with_the_final_state(services):
     from airflow_cdc.triggers.dataproc import CdcDataprocRunTrigger
 

@@ -126,6 +126,7 @@ def test_driver_killed_between_jobs_is_replaced_by_a_new_one(warm):
     assert runner.last_driver["jobs"] == 0
 
 
+@pytest.mark.long
 def test_secret_conf_reaches_the_job_but_not_the_driver_command_line(warm, tmp_path):
     runner, catalog, folder = warm
     spec = changelog_writer_spec(catalog, TABLE, window(7).window_id,
