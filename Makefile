@@ -71,8 +71,8 @@ test: setup services
 ## the window strategies), the reliability matrix's cell, the parallel snapshot killed mid-way,
 ## the warm driver's lifecycle, and the slower variants of kinds make test keeps one run of
 ## (Bigtable's merge-on-read targets, commit timestamps on PostgreSQL, Dataproc's serverless
-## batch and deferred wait, the orphaned apply after a compaction, the UI's login again, the
-## warm runner's secret conf, a fold wider than a flag word); CI runs it after make test.
+## batch and deferred wait, the orphaned apply after a compaction, the warm runner's secret conf,
+## a fold wider than a flag word); CI runs it after make test.
 test-long: setup services
 	$(PY) -m pytest -m "long and not live and not jvm_in_process and not faults_matrix and not races_long" $(PYTEST_ARGS) || [ $$? = 5 ]
 

@@ -149,7 +149,6 @@ def test_the_view_in_airflows_ui_shows_the_streams_and_windows(view_server, tmp_
     assert Image.open(shot).size[0] == 1440
 
 
-@pytest.mark.long
 def test_opening_the_view_logs_in_again_when_the_browser_lost_its_session(view_server):
     from airflow_cdc.demo.ui import VIEW_ROUTE, chromium, log_in, open_view
 
