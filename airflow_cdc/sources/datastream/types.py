@@ -335,6 +335,8 @@ def json_value_type(value: object) -> str:
     are INT64, or NUMERIC(38,0) beyond its range. Declare a column (``column_types``) to
     type it otherwise: JSON cannot say that a string is a date.
     """
+    if type(value) is str:  # the commonest value: no isinstance chain
+        return "STRING"
     if isinstance(value, bool):
         return "BOOL"
     if isinstance(value, int):
