@@ -18,7 +18,8 @@ options when it exists. The JVM checks the archive against its own build and cla
 maps nothing (with a warning) when they differ, so a stale archive costs the saving, never a
 job; its file name carries the Java and Spark it was built for (down to the jars' sizes and
 times), so a new Java or Spark, or a venv made again, gets its own. ``AIRFLOW_CDC_CLASS_ARCHIVE``
-names another file, or ``off`` turns it off.
+names another file, or ``off`` turns it off. A build removes the folder's archives no driver
+mapped for a week (each is about 140 MB, and every new venv or Spark makes one).
 Executors on a cluster start their own JVMs and are left alone.
 """
 
@@ -36,6 +37,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 ARCHIVE_ENV = "AIRFLOW_CDC_CLASS_ARCHIVE"
+ARCHIVE_PREFIX = "spark-driver-"
+STALE_AFTER_SECONDS = 7 * 86_400
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 # Loads what a window's jobs load before and around their first Spark job: the session, the
@@ -65,7 +68,7 @@ def archive_path(environ: Mapping[str, str] | None = None) -> Path | None:
         return None
     if configured:
         return Path(configured)
-    return Path.home() / ".cache" / "airflow-cdc" / "class-archives" / f"spark-driver-{_build_key(environ)}.jsa"
+    return Path.home() / ".cache" / "airflow-cdc" / "class-archives" / f"{ARCHIVE_PREFIX}{_build_key(environ)}.jsa"
 
 
 def _build_key(environ: Mapping[str, str]) -> str:
@@ -106,9 +109,34 @@ def with_class_archive(conf: Mapping[str, str], environ: Mapping[str, str] | Non
     existing = conf.get(DRIVER_JAVA_OPTIONS, "")
     if "SharedArchiveFile" in existing or "-Xshare" in existing or "ArchiveClassesAtExit" in existing:
         return conf
+    _mark_used(path)
     option = f"-XX:SharedArchiveFile={shlex.quote(str(path))}"
     conf[DRIVER_JAVA_OPTIONS] = f"{existing} {option}".strip()
     return conf
+
+
+def _mark_used(path: Path) -> None:
+    """Its time set to now, so builds keep it (:func:`prune_archives`)."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass  # an archive of someone else's: only its owner prunes it
+
+
+def prune_archives(folder: Path, keep: Path, max_age_seconds: float = STALE_AFTER_SECONDS) -> list[Path]:
+    """Remove the archives in ``folder`` (``spark-driver-*.jsa``) other than ``keep`` that no
+    driver mapped for ``max_age_seconds``; returns those removed. A JVM that has one mapped
+    keeps its mapping (the file goes when the last one exits)."""
+    cutoff = time.time() - max_age_seconds
+    removed = []
+    for old in folder.glob(f"{ARCHIVE_PREFIX}*.jsa"):
+        try:
+            if old != keep and old.stat().st_mtime < cutoff:
+                old.unlink()
+                removed.append(old)
+        except OSError:
+            pass  # another build removed it first
+    return removed
 
 
 class ClassArchiveError(RuntimeError):
@@ -149,6 +177,7 @@ def build_archive(path: Path | None = None, *, environ: Mapping[str, str] | None
                 f"the class archive's training job (exit {done.returncode}) left no archive at "
                 f"{partial}; its last lines:\n{tail}")
         partial.replace(target)  # atomic: a job starting now maps a whole archive or none
+    prune_archives(target.parent, keep=target)
     return target
 
 

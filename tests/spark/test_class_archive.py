@@ -12,8 +12,10 @@ import pytest
 from airflow_cdc.spark.class_archive import (
     ARCHIVE_ENV,
     DRIVER_JAVA_OPTIONS,
+    STALE_AFTER_SECONDS,
     archive_path,
     build_archive,
+    prune_archives,
 )
 from airflow_cdc.spark.iceberg import IcebergCatalog
 from airflow_cdc.spark.job import SparkJobSpec, iceberg_job_spec
@@ -70,6 +72,40 @@ def test_the_users_own_class_sharing_choice_is_left_alone(archive):
     command = LocalSparkRunner(spark_submit="spark-submit").command(spec)
 
     assert conf_of(command)[DRIVER_JAVA_OPTIONS] == "-Xshare:off"
+
+
+def test_archives_no_driver_mapped_for_a_week_are_removed_and_others_kept(tmp_path):
+    import os
+    import time
+
+    built, recent, stale = (tmp_path / f"spark-driver-{key}.jsa" for key in ("new", "recent", "stale"))
+    other = tmp_path / "notes.jsa"
+    for path in (built, recent, stale, other):
+        path.write_bytes(b"archive")
+    week_ago = time.time() - STALE_AFTER_SECONDS - 60
+    for path in (built, stale, other):
+        os.utime(path, (week_ago, week_ago))
+
+    removed = prune_archives(tmp_path, keep=built)
+
+    assert removed == [stale]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (built, recent, other))
+
+
+def test_naming_the_archive_in_a_job_marks_it_used_so_pruning_keeps_it(tmp_path, monkeypatch):
+    import os
+    import time
+
+    archive = tmp_path / "spark-driver-inuse.jsa"
+    archive.write_bytes(b"archive")
+    monkeypatch.setenv(ARCHIVE_ENV, str(archive))
+    week_ago = time.time() - STALE_AFTER_SECONDS - 60
+    os.utime(archive, (week_ago, week_ago))
+
+    LocalSparkRunner(spark_submit="spark-submit").command(SparkJobSpec("app.py"))
+
+    assert archive.stat().st_mtime > week_ago + 60
+    assert prune_archives(archive.parent, keep=archive.parent / "spark-driver-other.jsa") == []
 
 
 def classes_from_archive(work: Path) -> int:
