@@ -66,13 +66,10 @@ test: setup services
 	$(PY) -m pytest -m "not live and not long and not jvm_in_process and not faults_matrix and not races_long" --durations=25 $(PYTEST_ARGS)
 	$(PY) -m pytest -m "jvm_in_process and not live and not long and not faults_matrix and not races_long" $(PYTEST_ARGS) || [ $$? = 5 ]
 
-## test-long: the tests marked long (about 17 minutes): every other example DAG window by
-## window (Datastream, Debezium, commit timestamps, Bigtable's stall, the seam's own source,
-## the window strategies), the reliability matrix's cell, the parallel snapshot killed mid-way,
-## the warm driver's lifecycle, and the slower variants of kinds make test keeps one run of
-## (Bigtable's merge-on-read targets, commit timestamps on PostgreSQL, Dataproc's serverless
-## batch and deferred wait, the orphaned apply after a compaction, the warm runner's secret conf,
-## a fold wider than a flag word); CI runs it after make test.
+## test-long: the tests marked long (about 17 minutes): the example DAGs make test does not
+## run, the reliability matrix's cell, the parallel snapshot killed mid-way, the warm driver's
+## lifecycle, and slower variants of kinds make test keeps one run of (the README's
+## Development section lists them); CI runs it after make test.
 test-long: setup services
 	$(PY) -m pytest -m "long and not live and not jvm_in_process and not faults_matrix and not races_long" $(PYTEST_ARGS) || [ $$? = 5 ]
 
