@@ -155,9 +155,12 @@ def log_in(driver, server: ViewServer, user: str = "viewer", timeout: float = 18
     def arrived(d) -> bool:
         return d.current_url.split("?")[0].rstrip("/").endswith(VIEW_ROUTE)
 
+    def shown(d) -> bool:  # the page, or the login form
+        return arrived(d) or bool(d.find_elements(By.CSS_SELECTOR, "input[name=username]"))
+
     for _ in range(attempts):
         try:
-            wait.until(lambda d: arrived(d) or d.find_elements(By.CSS_SELECTOR, "input[name=username]"))
+            wait.until(shown)
         except TimeoutException:  # neither page rendered (CI saw this once): load it again
             driver.get(f"{server.url}{VIEW_ROUTE}")
             continue
@@ -175,7 +178,7 @@ def log_in(driver, server: ViewServer, user: str = "viewer", timeout: float = 18
             # page): the session holds, so the page itself is loaded.
             driver.get(f"{server.url}{VIEW_ROUTE}")
             try:
-                wait.until(lambda d: arrived(d) or d.find_elements(By.CSS_SELECTOR, "input[name=username]"))
+                wait.until(shown)
             except TimeoutException:
                 continue
             if arrived(driver):

@@ -36,9 +36,10 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
+from airflow_cdc.spark.packaging import STALE_AFTER_SECONDS, mark_used, prune_unused
+
 ARCHIVE_ENV = "AIRFLOW_CDC_CLASS_ARCHIVE"
 ARCHIVE_PREFIX = "spark-driver-"
-STALE_AFTER_SECONDS = 7 * 86_400
 DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 # Loads what a window's jobs load before and around their first Spark job: the session, the
@@ -109,34 +110,18 @@ def with_class_archive(conf: Mapping[str, str], environ: Mapping[str, str] | Non
     existing = conf.get(DRIVER_JAVA_OPTIONS, "")
     if "SharedArchiveFile" in existing or "-Xshare" in existing or "ArchiveClassesAtExit" in existing:
         return conf
-    _mark_used(path)
+    mark_used(path)
     option = f"-XX:SharedArchiveFile={shlex.quote(str(path))}"
     conf[DRIVER_JAVA_OPTIONS] = f"{existing} {option}".strip()
     return conf
 
 
-def _mark_used(path: Path) -> None:
-    """Its time set to now, so builds keep it (:func:`prune_archives`)."""
-    try:
-        os.utime(path)
-    except OSError:
-        pass  # an archive of someone else's: only its owner prunes it
-
-
 def prune_archives(folder: Path, keep: Path, max_age_seconds: float = STALE_AFTER_SECONDS) -> list[Path]:
     """Remove the archives in ``folder`` (``spark-driver-*.jsa``) other than ``keep`` that no
-    driver mapped for ``max_age_seconds``; returns those removed. A JVM that has one mapped
-    keeps its mapping (the file goes when the last one exits)."""
-    cutoff = time.time() - max_age_seconds
-    removed = []
-    for old in folder.glob(f"{ARCHIVE_PREFIX}*.jsa"):
-        try:
-            if old != keep and old.stat().st_mtime < cutoff:
-                old.unlink()
-                removed.append(old)
-        except OSError:
-            pass  # another build removed it first
-    return removed
+    job named for ``max_age_seconds`` (:func:`~airflow_cdc.spark.packaging.prune_unused`);
+    returns those removed. A JVM that has one mapped keeps its mapping (the file goes when the
+    last one exits)."""
+    return prune_unused(folder, f"{ARCHIVE_PREFIX}*.jsa", keep, max_age_seconds)
 
 
 class ClassArchiveError(RuntimeError):

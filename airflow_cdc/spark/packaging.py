@@ -69,7 +69,7 @@ def build_py_files(
     name = f"{'-'.join(folder.name for folder in folders)}-{digest.hexdigest()[:16]}.zip"
     cache = cache_dir or py_files_cache_dir()
     if (cache / name).exists():
-        return _used(cache / name)
+        return mark_used(cache / name)
     try:
         cache.mkdir(parents=True, exist_ok=True)
     except OSError:
@@ -80,7 +80,7 @@ def build_py_files(
         cache.mkdir(parents=True, exist_ok=True)
     target = cache / name
     if target.exists():
-        return _used(target)
+        return mark_used(target)
     # Built under a name of this process and thread, then renamed: a concurrent job never sees
     # half a zip, and two threads of one process (two tasks' jobs started at once) never
     # write, or rename away, each other's staging file.
@@ -98,12 +98,16 @@ def build_py_files(
                 info.compress_type = zipfile.ZIP_DEFLATED
                 archive.writestr(info, path.read_bytes())
     os.replace(staging, target)
-    _prune(cache, prefix=name.rsplit("-", 1)[0], keep=target)
+    prune_unused(cache, f"{name.rsplit('-', 1)[0]}-*.zip", keep=target)
     return target
 
 
-def _used(path: Path) -> Path:
-    """Mark ``path`` as just used (its mtime), so pruning keeps it."""
+# How long a cached build (a py-files zip, a driver's class archive) is kept unused.
+STALE_AFTER_SECONDS = 7 * 86_400
+
+
+def mark_used(path: Path) -> Path:
+    """Mark ``path`` as just used (its mtime), so :func:`prune_unused` keeps it."""
     try:
         os.utime(path)
     except OSError:
@@ -111,17 +115,23 @@ def _used(path: Path) -> Path:
     return path
 
 
-def _prune(cache: Path, prefix: str, keep: Path, max_age_seconds: float = 7 * 86_400) -> None:
-    """Remove zips of older contents (every code change makes one) unused for a week."""
+def prune_unused(folder: Path, pattern: str, keep: Path,
+                 max_age_seconds: float = STALE_AFTER_SECONDS) -> list[Path]:
+    """Remove the files of ``folder`` matching ``pattern`` other than ``keep`` that were not
+    used (:func:`mark_used`) for ``max_age_seconds``: older builds, one per code change (zips)
+    or per venv and Spark (class archives). Returns those removed."""
     import time
 
     cutoff = time.time() - max_age_seconds
-    for old in cache.glob(f"{prefix}-*.zip"):
+    removed = []
+    for old in folder.glob(pattern):
         try:
             if old != keep and old.stat().st_mtime < cutoff:
                 old.unlink()
+                removed.append(old)
         except OSError:
             pass  # another process removed or is replacing it
+    return removed
 
 
 def _entries(folders: Iterable[Path]) -> Iterable[tuple[str, Path | None]]:
