@@ -392,11 +392,16 @@ def check_transactions_on_executors(tallies, window, outcomes) -> int:
     from pyspark.sql import functions as F
 
     short = min((o.watermark for o in _stopped_short(window, outcomes)), default=None)
-    # The distinct records as the size of their set: one shuffle, where countDistinct plans
-    # two (333,999 tallies on local[2], cold: 2.4 s -> 1.6 s; warm: 0.7 s -> 0.6 s).
-    per_transaction = tallies.groupBy("transaction_id").agg(
-        F.size(F.collect_set("record")).alias("seen"), F.min("expected").alias("low"),
-        F.max("expected").alias("high"), F.max("commit_ts").alias("commit_ts"))
+    # One shuffle by transaction, then two hash aggregates within it: per (transaction,
+    # record), which makes the records distinct, and per transaction, which counts them
+    # (non-null ones, as a set would). Saves: ``size(collect_set(record))`` was an object hash
+    # aggregate that fell back to sorting after 128 keys per task; 166,800 tallies of 83,400
+    # transactions on local[2], a cold JVM each, three runs each: 3.5 s -> 2.5 s.
+    per_record = tallies.repartition("transaction_id").groupBy("transaction_id", "record").agg(
+        F.min("expected").alias("low"), F.max("expected").alias("high"), F.max("commit_ts").alias("commit_ts"))
+    per_transaction = per_record.groupBy("transaction_id").agg(
+        F.count("record").alias("seen"), F.min("low").alias("low"),
+        F.max("high").alias("high"), F.max("commit_ts").alias("commit_ts"))
     split = F.col("commit_ts").isNotNull() & (F.col("commit_ts") < F.lit(window.start))
     if short is not None:
         split = split | (F.col("commit_ts").isNotNull() & (F.col("commit_ts") >= F.lit(short)))

@@ -278,6 +278,26 @@ def test_the_transaction_check_counts_transactions_and_names_the_first_incomplet
 
 
 @pytest.mark.parametrize("where", ["check_transactions_on_executors", "check_transactions_on_driver"])
+def test_the_transaction_check_counts_a_record_tallied_twice_once(spark, where):
+    """A record two reads tallied (a partition read again after a retry) is one record: it
+    neither completes a transaction missing another record nor makes one look over-full."""
+    import spark_jobs.extract
+    from airflow_cdc.pipeline.partition_lineage import IncompleteTransactionError
+
+    check_transactions = getattr(spark_jobs.extract, where)
+    window = Window("s", datetime_at(0), datetime_at(60))
+
+    def tallies(*rows):
+        return spark.createDataFrame(
+            list(rows), "transaction_id string, expected long, record string, commit_ts timestamp")
+
+    twice = tallies(("t1", 2, "00000000", None), ("t1", 2, "00000000", None), ("t1", 2, "00000001", None))
+    assert check_transactions(twice, window, []) == 1
+    with pytest.raises(IncompleteTransactionError, match="transaction t2 has 1 of its 2"):
+        check_transactions(tallies(("t2", 2, "00000000", None), ("t2", 2, "00000000", None)), window, [])
+
+
+@pytest.mark.parametrize("where", ["check_transactions_on_executors", "check_transactions_on_driver"])
 def test_the_transaction_check_accepts_the_parts_of_transactions_split_across_windows(spark, where):
     """Incomplete by design: one committed before the window (its rest came in the window
     before) and one committed at or after the progress of a partition that stopped short."""
