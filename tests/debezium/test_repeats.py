@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+import pytest
+
 from airflow_cdc.model import CHANGELOG_COLUMNS, change_row_to_record
 from airflow_cdc.sources.base import drop_seen_event_ids
 from airflow_cdc.sources.debezium.envelope import change_of, parse_line
@@ -62,3 +64,20 @@ def test_an_event_an_earlier_window_committed_is_dropped(spark):
     kept = drop_seen_event_ids(spark, table, STREAM, frame_of(spark, records(first, second)))
 
     assert [r.event_id for r in kept.collect()] == [next(records(second))[EVENT_ID]]
+
+
+@pytest.mark.parametrize("repeated_ids_collected", [10_000, 0], ids=["ids-collected", "too-many-ids"])
+def test_of_an_event_read_in_two_partitions_the_first_partitions_copy_is_kept(spark, monkeypatch, repeated_ids_collected):
+    import airflow_cdc.sources.base as base
+
+    monkeypatch.setattr(base, "REPEATED_IDS_COLLECTED", repeated_ids_collected)
+    partition = [name for name, _ in CHANGELOG_COLUMNS].index("partition_id")
+    event = change("c", 1, T0 + timedelta(minutes=1), 100)
+    other = change("c", 2, T0 + timedelta(minutes=1), 200)
+    [row] = records(event)
+    copies = [tuple(f"{ORDERS}+{p}" if i == partition else v for i, v in enumerate(row)) for p in (2, 1, 3)]
+
+    kept = drop_seen_event_ids(spark, "lake.dbz_repeats.none", STREAM, frame_of(spark, [*copies, *records(other)]))
+
+    assert sorted((r.event_id, r.partition_id) for r in kept.collect()) == sorted(
+        [(row[EVENT_ID], f"{ORDERS}+1"), (next(records(other))[EVENT_ID], f"{ORDERS}+0")])
