@@ -16,6 +16,7 @@ from .test_source import ORDERS, T0, change
 
 STREAM = "shop"
 EVENT_ID = [name for name, _ in CHANGELOG_COLUMNS].index("event_id")
+PARTITION_ID = [name for name, _ in CHANGELOG_COLUMNS].index("partition_id")
 
 
 def records(*events, window_id="w1", event_id=None):
@@ -71,11 +72,10 @@ def test_of_an_event_read_in_two_partitions_the_first_partitions_copy_is_kept(sp
     import airflow_cdc.sources.base as base
 
     monkeypatch.setattr(base, "REPEATED_IDS_COLLECTED", repeated_ids_collected)
-    partition = [name for name, _ in CHANGELOG_COLUMNS].index("partition_id")
     event = change("c", 1, T0 + timedelta(minutes=1), 100)
     other = change("c", 2, T0 + timedelta(minutes=1), 200)
     [row] = records(event)
-    copies = [tuple(f"{ORDERS}+{p}" if i == partition else v for i, v in enumerate(row)) for p in (2, 1, 3)]
+    copies = [tuple(f"{ORDERS}+{p}" if i == PARTITION_ID else v for i, v in enumerate(row)) for p in (2, 1, 3)]
 
     kept = drop_seen_event_ids(spark, "lake.dbz_repeats.none", STREAM, frame_of(spark, [*copies, *records(other)]))
 

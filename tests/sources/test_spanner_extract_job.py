@@ -247,6 +247,12 @@ def test_a_window_whose_dead_letters_fail_to_commit_leaves_none_of_the_files_its
     assert_failed_window_leaves_no_files(spark, pipeline, history, monkeypatch, OSError, "No space left")
 
 
+def tally_frame(spark, *rows):
+    """A tally frame (transaction_id, expected, record, commit_ts) as the read tasks leave it."""
+    return spark.createDataFrame(
+        list(rows), "transaction_id string, expected long, record string, commit_ts timestamp")
+
+
 @pytest.mark.parametrize("where", ["check_transactions_on_executors", "check_transactions_on_driver"])
 def test_the_transaction_check_counts_transactions_and_names_the_first_incomplete_one(spark, where):
     import spark_jobs.extract
@@ -287,14 +293,10 @@ def test_the_transaction_check_counts_a_record_tallied_twice_once(spark, where):
     check_transactions = getattr(spark_jobs.extract, where)
     window = Window("s", datetime_at(0), datetime_at(60))
 
-    def tallies(*rows):
-        return spark.createDataFrame(
-            list(rows), "transaction_id string, expected long, record string, commit_ts timestamp")
-
-    twice = tallies(("t1", 2, "00000000", None), ("t1", 2, "00000000", None), ("t1", 2, "00000001", None))
+    twice = tally_frame(spark, ("t1", 2, "00000000", None), ("t1", 2, "00000000", None), ("t1", 2, "00000001", None))
     assert check_transactions(twice, window, []) == 1
     with pytest.raises(IncompleteTransactionError, match="transaction t2 has 1 of its 2"):
-        check_transactions(tallies(("t2", 2, "00000000", None), ("t2", 2, "00000000", None)), window, [])
+        check_transactions(tally_frame(spark, ("t2", 2, "00000000", None), ("t2", 2, "00000000", None)), window, [])
 
 
 @pytest.mark.parametrize("where", ["check_transactions_on_executors", "check_transactions_on_driver"])
@@ -309,16 +311,12 @@ def test_the_transaction_check_accepts_the_parts_of_transactions_split_across_wi
     window = Window("s", datetime_at(0), datetime_at(60))
     short = [PartitionOutcome("p", False, datetime_at(40), records=1)]
 
-    def tallies(*rows):
-        return spark.createDataFrame(
-            list(rows), "transaction_id string, expected long, record string, commit_ts timestamp")
-
-    split = tallies(("before", 3, "00000000", datetime_at(-5)), ("after", 2, "00000000", datetime_at(45)),
+    split = tally_frame(spark, ("before", 3, "00000000", datetime_at(-5)), ("after", 2, "00000000", datetime_at(45)),
                     ("whole", 1, "00000000", datetime_at(10)))
     assert check_transactions(split, window, short) == 3
     with pytest.raises(IncompleteTransactionError, match="transaction after has 1 of its 2"):
         check_transactions(split, window, [])  # no partition stopped short: "after" is missing a record
-    mismatch = tallies(("t", 2, "00000000", datetime_at(10)), ("t", 3, "00000001", datetime_at(10)))
+    mismatch = tally_frame(spark, ("t", 2, "00000000", datetime_at(10)), ("t", 3, "00000001", datetime_at(10)))
     with pytest.raises(IncompleteTransactionError, match="reports 2 and 3 records|reports 3 and 2 records"):
         check_transactions(mismatch, window, [])
 
