@@ -443,7 +443,8 @@ def _as_tallies(tallies) -> list:
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
     rows = tallies.select("transaction_id", "expected", "record",
                           F.expr("unix_micros(commit_ts)").alias("micros")).collect()
-    return [TransactionTally(r["transaction_id"], r["expected"], frozenset({r["record"]}),
+    # A row without a record tallies none, as the executors' count(record) skips it.
+    return [TransactionTally(r["transaction_id"], r["expected"], frozenset({r["record"]} - {None}),
                              None if r["micros"] is None else epoch + timedelta(microseconds=r["micros"]))
             for r in rows]
 

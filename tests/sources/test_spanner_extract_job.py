@@ -300,6 +300,20 @@ def test_the_transaction_check_counts_a_record_tallied_twice_once(spark, where):
 
 
 @pytest.mark.parametrize("where", ["check_transactions_on_executors", "check_transactions_on_driver"])
+def test_the_transaction_check_counts_a_tally_without_a_record_as_no_record(spark, where):
+    """Both paths count the same records: a tally row whose record is null adds none."""
+    import spark_jobs.extract
+    from airflow_cdc.pipeline.partition_lineage import IncompleteTransactionError
+
+    check_transactions = getattr(spark_jobs.extract, where)
+    window = Window("s", datetime_at(0), datetime_at(60))
+
+    with pytest.raises(IncompleteTransactionError, match="transaction t1 has 1 of its 2"):
+        check_transactions(tally_frame(spark, ("t1", 2, "00000000", None), ("t1", 2, None, None)), window, [])
+    assert check_transactions(tally_frame(spark, ("t2", 1, "00000000", None), ("t2", 1, None, None)), window, []) == 1
+
+
+@pytest.mark.parametrize("where", ["check_transactions_on_executors", "check_transactions_on_driver"])
 def test_the_transaction_check_accepts_the_parts_of_transactions_split_across_windows(spark, where):
     """Incomplete by design: one committed before the window (its rest came in the window
     before) and one committed at or after the progress of a partition that stopped short."""
