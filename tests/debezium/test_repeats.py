@@ -8,15 +8,15 @@ from datetime import timedelta
 
 import pytest
 
-from airflow_cdc.model import CHANGELOG_COLUMNS, change_row_to_record
+from airflow_cdc.model import CHANGELOG_NAMES, change_row_to_record
 from airflow_cdc.sources.base import drop_seen_event_ids
 from airflow_cdc.sources.debezium.envelope import change_of, parse_line
 
 from .test_source import ORDERS, T0, change
 
 STREAM = "shop"
-EVENT_ID = [name for name, _ in CHANGELOG_COLUMNS].index("event_id")
-PARTITION_ID = [name for name, _ in CHANGELOG_COLUMNS].index("partition_id")
+EVENT_ID = CHANGELOG_NAMES.index("event_id")
+PARTITION_ID = CHANGELOG_NAMES.index("partition_id")
 
 
 def records(*events, window_id="w1", event_id=None):

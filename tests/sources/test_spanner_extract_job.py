@@ -263,11 +263,9 @@ def test_the_transaction_check_counts_transactions_and_names_the_first_incomplet
 
     window = Window("s", datetime_at(0), datetime_at(60))
 
-    def reads(*tallies_per_partition):  # a tally frame as the read tasks leave it
-        return spark.createDataFrame(
-            [(t.transaction_id, t.expected_records, record, t.commit_ts)
-             for tallies in tallies_per_partition for t in tallies for record in t.record_ids],
-            "transaction_id string, expected long, record string, commit_ts timestamp")
+    def reads(*tallies_per_partition):  # the tally frame of these partitions' reads
+        return tally_frame(spark, *[(t.transaction_id, t.expected_records, record, t.commit_ts)
+                                    for tallies in tallies_per_partition for t in tallies for record in t.record_ids])
 
     two_partitions = reads(
         [TransactionTally("t1", 2, frozenset({"00000000"})), TransactionTally("t3", 1, frozenset({"00000000"}))],
