@@ -366,8 +366,10 @@ def encode_ordering_key(*parts: object) -> bytes:
 # of 25,056 changes) parse in 0.07 s of CPU instead of 0.69 s with ``json.loads``.
 
 # A run of 19 or more digits: a number orjson could turn into a float (an integer beyond
-# 64 bits) rather than keep exact, as json.loads does; such a text goes to json.loads.
-_LONG_DIGITS = re.compile(r"\d{19}")
+# 64 bits) rather than keep exact, as json.loads does; a value orjson parsed with a float in
+# it, from a text with such a run, is parsed again by json.loads. JSON numbers are ASCII
+# digits, so the run is looked for as one (``\d`` also matches other scripts' digits, slower).
+_LONG_DIGITS = re.compile(r"[0-9]{19}")
 
 
 def loads_json(text: str):
@@ -379,12 +381,32 @@ def loads_json(text: str):
     and its error are the answer. Without orjson installed (it is optional on a cluster's
     executors), ``json.loads`` parses every text.
     """
-    if _orjson_loads is not None and not _LONG_DIGITS.search(text):
+    if _orjson_loads is not None:
         try:
-            return _orjson_loads(text)
+            value = _orjson_loads(text)
         except ValueError:  # orjson.JSONDecodeError is one
-            pass
+            return json.loads(text)
+        # The digits are looked for only where orjson gave a float. Saves: the search cost
+        # six times orjson's parse of a change's values (2.0 us against 0.34 us for 140
+        # characters); the parse and this check now take 0.8 us (2026-12-04).
+        if not (_holds_float(value) and _LONG_DIGITS.search(text)):
+            return value
     return json.loads(text)
+
+
+def _holds_float(value) -> bool:
+    """Whether a parsed JSON value is or holds a float."""
+    kind = type(value)
+    if kind is float:
+        return True
+    if kind is dict:
+        value = value.values()
+    elif kind is not list:
+        return False
+    for item in value:
+        if _holds_float(item):
+            return True
+    return False
 
 
 try:

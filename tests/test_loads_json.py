@@ -18,6 +18,8 @@ TEXTS = [
     "-9223372036854775809",
     "9223372036854775807",
     '{"big": 123456789012345678901234567890}',
+    '[1.5, [{"big": 18446744073709551616}]]',  # a float beside it, the long integer deep down
+    '{"id": "12345678901234567890123", "score": 2.5}',  # the long run in a text, not a number
     "1e400",  # json.loads: inf; orjson refuses it
     "[NaN, Infinity, -Infinity]",
     '"\\ud800"',  # a lone surrogate, escaped: json.loads keeps it
