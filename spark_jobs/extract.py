@@ -51,7 +51,7 @@ from airflow_cdc.pipeline.partition_lineage import (
     check_transactions,
     run_rounds,
 )
-from airflow_cdc.sources.base import READ_TASKS_PER_CORE, WindowRead, read_tuples
+from airflow_cdc.sources.base import READ_TASKS_PER_CORE, WindowRead
 from airflow_cdc.sources.registry import build_source
 
 # Marks the extract job's dead-letter commit; apply tags its own with the window property.
@@ -142,8 +142,7 @@ def read_partition_task(plan_json: str, position_json: dict):
 
     plan = _parsed_plan(plan_json)
     window = plan.window
-    read = _executor_source(plan).read_partition(window, position_from_json(position_json))
-    rows, dead = read_tuples(window.stream_id, window.window_id, read)
+    read, rows, dead = _executor_source(plan).read_partition_tuples(window, position_from_json(position_json))
     crash_point("extract.reading")
     return read.outcome, read.transactions, rows, dead, dict(read.counts)
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from airflow_cdc.model import Image, Op, Window
+from airflow_cdc.model import Image, Op, PartitionPosition, Window
 from airflow_cdc.pipeline.partition_lineage import WindowLineage, check_transactions, run_rounds
 from airflow_cdc.sources.spanner.query import GOOGLE_SQL, INITIAL_PARTITION, POSTGRESQL, build_query
 from airflow_cdc.sources.spanner.reader import SpannerChangeStreamSource, SpannerConnection
@@ -158,6 +158,26 @@ def test_records_decoded_from_protobuf_values_equal_those_parsed_from_the_client
                 assert decoded == parse_result_row(results.decode_row(row), results.fields, GOOGLE_SQL)
                 data_changes += sum(isinstance(r, DataChangeRecord) for r in decoded)
     assert data_changes > 0
+
+
+def test_a_read_tasks_tuples_made_while_reading_equal_those_of_the_partitions_read(emulator, history):
+    """``read_partition_tuples`` makes the changelog tuples as the stream delivers them: on
+    every partition of a window, the same tuples, dead letters, outcome and tallies as
+    ``read_tuples`` of ``read_partition``."""
+    from airflow_cdc.sources.base import read_tuples
+
+    window = first_window(history, minutes=60)
+    source = source_for(emulator, history)
+    positions = [source.initial_positions(window)[0]] + [
+        PartitionPosition(p.token, window.start) for p in history.partitions_live_at(window.start)]
+    tuples = 0
+    for position in positions:
+        read = source.read_partition(window, position)
+        made, rows, dead = source.read_partition_tuples(window, position)
+        assert (rows, dead) == read_tuples("s", window.window_id, read)
+        assert (made.outcome, made.transactions, made.counts) == (read.outcome, read.transactions, read.counts)
+        tuples += len(rows)
+    assert tuples > 0
 
 
 def test_a_source_checks_its_settings_without_loading_the_client_library():
