@@ -404,7 +404,9 @@ class ChangeSource:
         """Read one partition from ``position`` to the window's end (on a Spark executor)."""
         raise NotImplementedError(f"source {self.kind!r} reads whole windows (read_window)")
 
-    def read_partition_tuples(self, window: Window, position: PartitionPosition) -> tuple[PartitionRead, list, list]:
+    def read_partition_tuples(
+        self, window: Window, position: PartitionPosition
+    ) -> tuple[PartitionRead, list, list]:
         """:meth:`read_partition` as a read task hands it on: the read (its outcome, tallies and
         counts; its rows may be left out), its rows as changelog tuples and its dead letters as
         dead-letter tuples (:func:`read_tuples`). A source may make the tuples while it reads,

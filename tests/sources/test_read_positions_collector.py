@@ -9,7 +9,15 @@ from datetime import datetime, timezone
 
 import pytest
 
-from airflow_cdc.model import ChangeRow, Image, Op, PartitionOutcome, PartitionPosition, Window, encode_ordering_key
+from airflow_cdc.model import (
+    ChangeRow,
+    Image,
+    Op,
+    PartitionOutcome,
+    PartitionPosition,
+    Window,
+    encode_ordering_key,
+)
 from airflow_cdc.pipeline.files import WindowPlanFile, position_to_json
 from airflow_cdc.sources.base import ChangeSource, PartitionRead
 

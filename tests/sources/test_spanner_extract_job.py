@@ -265,7 +265,8 @@ def test_the_transaction_check_counts_transactions_and_names_the_first_incomplet
 
     def reads(*tallies_per_partition):  # the tally frame of these partitions' reads
         return tally_frame(spark, *[(t.transaction_id, t.expected_records, record, t.commit_ts)
-                                    for tallies in tallies_per_partition for t in tallies for record in t.record_ids])
+                                    for tallies in tallies_per_partition
+                                    for t in tallies for record in t.record_ids])
 
     two_partitions = reads(
         [TransactionTally("t1", 2, frozenset({"00000000"})), TransactionTally("t3", 1, frozenset({"00000000"}))],
