@@ -410,9 +410,11 @@ def _holds_float(value) -> bool:
 
 
 try:
+    from orjson import OPT_SORT_KEYS as _ORJSON_SORT_KEYS
+    from orjson import dumps as _orjson_dumps
     from orjson import loads as _orjson_loads
 except ImportError:  # pragma: no cover - the package depends on it; clusters may lack it
-    _orjson_loads = None
+    _orjson_loads = _orjson_dumps = _ORJSON_SORT_KEYS = None
 
 
 # --- changelog records ---------------------------------------------------------------------
@@ -569,10 +571,58 @@ def _shared_dumps(value: object, kind: str) -> str:
 
 def _dumps(value: object) -> str:
     # sort_keys: the same row always gives the same text, so re-runs write identical bytes.
+    if _orjson_dumps is not None and _plain_json(value, _PLAIN_DEPTH):
+        text = _plain_dumps(value)
+        if text is not None:
+            return text
     try:
         return _ENCODER.encode(value)
     except _HoldsDecimal:
         return _exact_dumps(value)
+
+
+# --- JSON text written fast -----------------------------------------------------------------
+# A performance strategy with one interface, :func:`_dumps`. Saves: a JSON value's text (an
+# array column's value, a record's column types or metadata) takes 0.4-1.3 us instead of
+# 1.3-3.3 us; the changelog tuples of bench/extract.py's Spanner stream 8.0 us a change instead
+# of 9.5 us (medians of four, one process, 37,584 changes; 2026-12-04, night), about 5% of a
+# read task's CPU. The texts are json's, byte for byte: orjson writes only values of
+# dicts with text keys, lists, texts, integers, booleans and None (no float: orjson writes some
+# exponents differently), and its text is taken only when it is ASCII without DEL, which is
+# where it and json's ``ensure_ascii`` escaping agree; anything else is json's.
+_PLAIN_DEPTH = 64  # deeper values are json's (the check recurses)
+
+
+def _plain_json(value: object, depth: int) -> bool:
+    """Whether ``value`` holds only dicts with text keys, lists, texts, integers, booleans and
+    None, nested at most ``depth`` deep (exact types: a subclass may encode differently)."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return True
+    if depth <= 0:
+        return False
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str or not _plain_json(item, depth - 1):
+                return False
+        return True
+    if kind is list:
+        for item in value:
+            if not _plain_json(item, depth - 1):
+                return False
+        return True
+    return False
+
+
+def _plain_dumps(value: object) -> str | None:
+    """orjson's sorted compact text of a :func:`_plain_json` value, where it is json's; else None."""
+    try:
+        text = _orjson_dumps(value, option=_ORJSON_SORT_KEYS)
+    except TypeError:  # an integer beyond 64 bits (orjson.JSONEncodeError is a TypeError)
+        return None
+    if not text.isascii() or b"\x7f" in text:  # json escapes these, orjson does not
+        return None
+    return text.decode("ascii")
 
 
 def _exact_dumps(value: object) -> str:
