@@ -585,8 +585,8 @@ def _dumps(value: object) -> str:
 # A performance strategy with one interface, :func:`_dumps`. Saves: a JSON value's text (an
 # array column's value, a record's column types or metadata) takes 0.4-1.3 us instead of
 # 1.3-3.3 us; the changelog tuples of bench/extract.py's Spanner stream 8.0 us a change instead
-# of 9.5 us (medians of four, one process, 37,584 changes; 2026-12-04, night), about 5% of a
-# read task's CPU. The texts are json's, byte for byte: orjson writes only values of
+# of 9.5 us (medians of four, one process, 37,584 changes; 2026-12-04, night), about 3% of the
+# 45-60 us of CPU a read task spends on a change. The texts are json's, byte for byte: orjson writes only values of
 # dicts with text keys, lists, texts, integers, booleans and None (no float: orjson writes some
 # exponents differently), and its text is taken only when it is ASCII without DEL, which is
 # where it and json's ``ensure_ascii`` escaping agree; anything else is json's.

@@ -112,8 +112,9 @@ def cores() -> int:
     return os.cpu_count() or 1
 
 
-def run_extract_job(plan_path: Path, work: Path, catalog) -> float:
-    """The extract job as the operator submits it; its wall time (raises if it fails)."""
+def run_extract_job(plan_path: Path, work: Path, catalog, changes: int) -> float:
+    """The extract job as the operator submits it; its wall time (raises if it fails, or if it
+    wrote other than ``changes`` changes)."""
     from airflow_cdc.spark.job import iceberg_job_spec
     from airflow_cdc.spark.runners import LocalSparkRunner
 
@@ -132,6 +133,9 @@ def run_extract_job(plan_path: Path, work: Path, catalog) -> float:
     seconds = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(f"bench extract: the extract job failed, see {log}")
+    written = json.loads((work / "extract-result.json").read_text())["counts"].get("changes")
+    if written != changes:
+        raise SystemExit(f"bench extract: the extract wrote {written} changes of {changes}")
     return seconds
 
 
@@ -218,12 +222,7 @@ def bench_spanner(args, folder: Path) -> str:
             )
             plan_window(store, config, window, OWNER, 6 * 3600,
                         [PartitionPosition(INITIAL_PARTITION, window.start)], catalog.name)
-            seconds = run_extract_job(config.plan_path(window), work, catalog)
-            result = json.loads((work / "extract-result.json").read_text())
-            if result["counts"].get("changes") != history.change_count:
-                raise SystemExit(f"bench extract: the extract wrote {result['counts'].get('changes')} "
-                                 f"changes, the history has {history.change_count}")
-            return seconds
+            return run_extract_job(config.plan_path(window), work, catalog, history.change_count)
 
         return alternated("spanner_change_stream", history.change_count, args.repeats, raw, extract, folder)
 
@@ -307,12 +306,7 @@ def bench_datastream(args, folder: Path) -> str:
         )
         plan_path = work / "datastream-plan.json"
         write_private(plan_path, plan.to_json())
-        seconds = run_extract_job(plan_path, work, catalog)
-        result = json.loads((work / "extract-result.json").read_text())
-        if result["counts"].get("changes") != args.changes:
-            raise SystemExit(f"bench extract: the extract wrote {result['counts'].get('changes')} "
-                             f"changes of {args.changes}")
-        return seconds
+        return run_extract_job(plan_path, work, catalog, args.changes)
 
     return alternated("datastream", args.changes, args.repeats, raw, extract, folder)
 
