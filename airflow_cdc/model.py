@@ -586,10 +586,11 @@ def _dumps(value: object) -> str:
 # array column's value, a record's column types or metadata) takes 0.4-1.3 us instead of
 # 1.3-3.3 us; the changelog tuples of bench/extract.py's Spanner stream 8.0 us a change instead
 # of 9.5 us (medians of four, one process, 37,584 changes; 2026-12-04, night), about 3% of the
-# 45-60 us of CPU a read task spends on a change. The texts are json's, byte for byte: orjson writes only values of
-# dicts with text keys, lists, texts, integers, booleans and None (no float: orjson writes some
-# exponents differently), and its text is taken only when it is ASCII without DEL, which is
-# where it and json's ``ensure_ascii`` escaping agree; anything else is json's.
+# 45-60 us of CPU a read task spends on a change. The texts are json's, byte for byte: orjson
+# writes only values of dicts with text keys, lists, texts, integers, booleans and None (no
+# float: orjson writes some exponents differently), and its text is taken only when it is ASCII
+# without DEL, which is where it and json's ``ensure_ascii`` escaping agree; anything else is
+# json's.
 _PLAIN_DEPTH = 64  # deeper values are json's (the check recurses)
 
 
