@@ -199,7 +199,8 @@ def bench_spanner(args, folder: Path) -> str:
         def raw() -> float:
             seconds, found = timed_pool(
                 _read_spanner_partition, _open_spanner,
-                (emulator.emulator_host, history.stream_name, window.start.isoformat(), window.end.isoformat()),
+                (emulator.emulator_host, history.stream_name, window.start.isoformat(),
+                 window.end.isoformat()),
                 [p.token for p in history.partitions],
             )
             if sum(found) != history.record_count:
