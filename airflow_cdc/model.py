@@ -619,7 +619,7 @@ def _plain_dumps(value: object) -> str | None:
     """orjson's sorted compact text of a :func:`_plain_json` value, where it is json's; else None."""
     try:
         text = _orjson_dumps(value, option=_ORJSON_SORT_KEYS)
-    except TypeError:  # an integer beyond 64 bits (orjson.JSONEncodeError is a TypeError)
+    except TypeError:  # orjson.JSONEncodeError: an integer beyond 64 bits, a lone surrogate
         return None
     if not text.isascii() or b"\x7f" in text:  # json escapes these, orjson does not
         return None

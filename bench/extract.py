@@ -100,6 +100,7 @@ def alternated(source: str, changes: int, repeats: int, raw, extract, folder: Pa
     for run in range(repeats):
         raw_seconds.append(raw())
         work = folder / f"run-{run}"
+        shutil.rmtree(work, ignore_errors=True)  # a --base used before: its window is committed there
         work.mkdir(parents=True)
         extract_seconds.append(extract(work))
         print(f"bench extract: {source} run {run + 1}: raw read {raw_seconds[-1]:.1f} s in {cores()} "
@@ -239,6 +240,7 @@ def _read_json_file(path: str) -> int:
 def datastream_files(folder: Path, changes: int, files: int) -> list[Path]:
     """``changes`` MySQL CDC events of one table (insert, then updates, some deletes and
     re-inserts per key) in ``files`` JSON-lines files, binlog positions in order."""
+    shutil.rmtree(folder, ignore_errors=True)  # a --base used before
     folder.mkdir(parents=True)
     keys = max(1, changes // 5)
     paths = []
