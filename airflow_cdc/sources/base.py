@@ -255,9 +255,13 @@ def drop_seen_event_ids(spark, table: str, stream: str, frame):
     # came in (Datastream, 100,000 events: the extract job 28.9 s -> 21.0 s).
     partitions = frame.rdd.getNumPartitions()
     # Repeats within the window (a restart's copies read with their originals): one each.
-    frame = without_repeats(spark, frame)
+    read, frame = frame, without_repeats(spark, frame)
     if not spark.catalog.tableExists(table):
-        return frame.coalesce(partitions)
+        # The read's own frame when nothing was dropped: the extract then keeps the rows it
+        # read cached once, instead of caching a copy of them too (a coalesce of the same
+        # partitions is another frame). Saves: Datastream, 100,000 events, a first window,
+        # three alternated runs each: the extract job 16.3 s -> 15.4 s (medians).
+        return read if frame is read else frame.coalesce(partitions)
     bounds = frame.agg(F.min(F.unix_micros("commit_ts")).alias("lo"),
                        F.max(F.unix_micros("commit_ts")).alias("hi")).first()
     in_range = F.col("commit_ts").isNull()

@@ -45,6 +45,15 @@ def test_an_event_read_twice_in_one_window_is_kept_once(spark):
     assert sorted(r.event_id for r in kept.collect()) == sorted({r[EVENT_ID] for r in records(event, other)})
 
 
+def test_a_first_window_without_repeats_is_the_frame_read(spark):
+    # The extract caches a frame other than its read's (which is already kept): the same
+    # rows cached twice when nothing was dropped.
+    frame = frame_of(spark, records(change("c", 1, T0 + timedelta(minutes=1), 100),
+                                    change("c", 2, T0 + timedelta(minutes=1), 200)))
+
+    assert drop_seen_event_ids(spark, "lake.dbz_repeats.none", STREAM, frame) is frame
+
+
 def test_rows_without_an_event_id_are_all_kept(spark):
     event = change("c", 1, T0 + timedelta(minutes=1), 100)
     rows = [tuple(None if i == EVENT_ID else v for i, v in enumerate(r)) for r in records(event, event)]
