@@ -63,17 +63,34 @@ def test_rows_without_an_event_id_are_all_kept(spark):
     assert kept.count() == 2
 
 
-def test_an_event_an_earlier_window_committed_is_dropped(spark):
+def committed_changelog(spark, *events) -> str:
+    """A changelog table holding ``events`` as an earlier window's rows."""
     table = "lake.dbz_repeats.changelog"
-    first = change("c", 1, T0 + timedelta(minutes=1), 100)
-    second = change("c", 2, T0 + timedelta(minutes=2), 200)
     spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.dbz_repeats")
     spark.sql(f"DROP TABLE IF EXISTS {table}")
-    frame_of(spark, records(first, window_id="w0")).writeTo(table).using("iceberg").create()
+    frame_of(spark, records(*events, window_id="w0")).writeTo(table).using("iceberg").create()
+    return table
+
+
+@pytest.mark.parametrize("repeated_ids_collected", [10_000, 0], ids=["ids-collected", "too-many-ids"])
+def test_an_event_an_earlier_window_committed_is_dropped(spark, monkeypatch, repeated_ids_collected):
+    import airflow_cdc.sources.base as base
+
+    monkeypatch.setattr(base, "REPEATED_IDS_COLLECTED", repeated_ids_collected)
+    first = change("c", 1, T0 + timedelta(minutes=1), 100)
+    second = change("c", 2, T0 + timedelta(minutes=2), 200)
+    table = committed_changelog(spark, first)
 
     kept = drop_seen_event_ids(spark, table, STREAM, frame_of(spark, records(first, second)))
 
     assert [r.event_id for r in kept.collect()] == [next(records(second))[EVENT_ID]]
+
+
+def test_a_later_window_without_events_the_changelog_holds_is_the_frame_read(spark):
+    table = committed_changelog(spark, change("c", 1, T0 + timedelta(minutes=1), 100))
+    frame = frame_of(spark, records(change("c", 2, T0 + timedelta(minutes=1), 200)))
+
+    assert drop_seen_event_ids(spark, table, STREAM, frame) is frame
 
 
 @pytest.mark.parametrize("repeated_ids_collected", [10_000, 0], ids=["ids-collected", "too-many-ids"])
