@@ -287,14 +287,12 @@ def without_seen(spark, frame, seen):
     changelog holding the one before), alternated runs: the extract job 16.3 s -> 15.6 s
     (medians of five and four; job logs: 6 s -> 5 s after the read).
     """
-    from pyspark.sql import functions as F
-
     found = frame.select("event_id").join(seen, "event_id", "left_semi").distinct()
-    ids = [row.event_id for row in found.limit(REPEATED_IDS_COLLECTED + 1).collect()]
-    if not ids:
+    dropped = _listed_ids(spark, found)
+    if dropped is None:
         return frame
-    dropped = seen if len(ids) > REPEATED_IDS_COLLECTED else F.broadcast(
-        spark.createDataFrame([(i,) for i in ids], "event_id string"))
+    if dropped is found:  # too many to collect: the changelog's ids, not the join again
+        dropped = seen
     return frame.join(dropped, "event_id", "left_anti").select(*CHANGELOG_NAMES)
 
 
@@ -319,16 +317,29 @@ def without_repeats(spark, frame):
 
     repeated = (frame.where(F.col("event_id").isNotNull()).groupBy("event_id")
                 .agg(F.count(F.lit(1)).alias("copies")).where(F.col("copies") > 1).select("event_id"))
-    ids = [row.event_id for row in repeated.limit(REPEATED_IDS_COLLECTED + 1).collect()]
-    if not ids:
+    listed = _listed_ids(spark, repeated)
+    if listed is None:
         return frame
-    if len(ids) > REPEATED_IDS_COLLECTED:
+    if listed is repeated:  # too many to collect
         return _first_copies(frame)
-    listed = F.broadcast(spark.createDataFrame([(i,) for i in ids], "event_id string"))
     columns = frame.columns
     once = frame.join(listed, "event_id", "left_anti").select(*columns)
     copies = _first_copies(frame.join(listed, "event_id", "left_semi").select(*columns))
     return once.unionByName(copies)
+
+
+def _listed_ids(spark, ids):
+    """``ids`` (a frame of distinct ``event_id``) collected: None when it holds none, a
+    broadcast frame of them when it holds at most :data:`REPEATED_IDS_COLLECTED`, else ``ids``
+    itself (too many to come to the driver)."""
+    from pyspark.sql import functions as F
+
+    found = [row.event_id for row in ids.limit(REPEATED_IDS_COLLECTED + 1).collect()]
+    if not found:
+        return None
+    if len(found) > REPEATED_IDS_COLLECTED:
+        return ids
+    return F.broadcast(spark.createDataFrame([(i,) for i in found], "event_id string"))
 
 
 def _first_copies(frame):
