@@ -10,8 +10,9 @@
         cdc >> downstream_report
 
 plan >> extract >> commit >> apply >> gate, each an ordinary, retryable Airflow task, the same
-operators for every source. ``SpannerChangeStreamPipeline`` and ``DatastreamPipeline`` are
-shortcuts that name their source's arguments.
+operators for every source. ``SpannerChangeStreamPipeline`` (here), ``DatastreamPipeline``,
+``BigtableChangeStreamPipeline``, ``DebeziumPipeline`` and ``SpannerCommitTimestampPipeline``
+(in their sources' modules) are shortcuts that name their source's arguments.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class PipelineOptions:
     """What every pipeline takes, whatever its source: where its tables go, how its Spark jobs
     run, how long a window is leased, and how its plan and gate wait.
 
-    Every factory (``CdcPipeline``, ``SpannerChangeStreamPipeline``, ``DatastreamPipeline``)
+    Every factory (``CdcPipeline`` and each source's shortcut, e.g. ``DatastreamPipeline``)
     takes these as keyword arguments next to its source's own, with these defaults.
     ``gate_timeout`` also bounds the plan task's wait for a source's evidence.
     """
