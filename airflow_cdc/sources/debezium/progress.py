@@ -176,8 +176,15 @@ class TableProgress:
 
     def followed_by(self, later: TableProgress) -> TableProgress:
         """This state, then a later window's entry: a new signal (or rows after the end of
-        the last snapshot) starts afresh; the same snapshot adds up its rows and chunks."""
-        new_signal = later.signal_id is not None and later.signal_id != self.signal_id
+        the last snapshot) starts afresh; the same snapshot adds up its rows and chunks.
+
+        READ events carry no signal id: a window whose rows arrived before any notification
+        about them has an entry without one. A running entry without a signal id is the
+        snapshot the next notifications name, so its rows are added to that signal's, never
+        dropped: the rows shown are those read over the whole snapshot."""
+        unnamed_running = self.signal_id is None and self.status not in TERMINAL
+        new_signal = (later.signal_id is not None and later.signal_id != self.signal_id
+                      and not unnamed_running)
         restarted = later.signal_id is None and self.status in TERMINAL and later.status not in TERMINAL
         if new_signal or restarted:
             return later
@@ -428,8 +435,11 @@ def describe(entry: TableProgress) -> str:
     parts.append(f"{entry.rows} rows in {entry.chunks} chunk(s)")
     if entry.last_processed_key is not None:
         parts.append(f"key {entry.last_processed_key} of {entry.maximum_key}")
-    if entry.total_rows_scanned is not None:
-        parts.append(f"{entry.total_rows_scanned} rows scanned")
+    # The connector's total_rows_scanned counts from its last start only (a capture restarted
+    # mid-snapshot forgets the rows before), so the rows shown are the READ events counted
+    # over the windows; the connector's number is shown only where it says something else.
+    if entry.total_rows_scanned is not None and entry.total_rows_scanned != entry.rows:
+        parts.append(f"the connector counted {entry.total_rows_scanned} since its last start")
     if entry.scan_status:
         parts.append(f"scan {entry.scan_status}")
     if entry.at:
