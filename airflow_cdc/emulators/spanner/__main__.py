@@ -2,13 +2,18 @@
 
     python -m airflow_cdc.emulators.spanner --port 9010 --seed 7 --hours 2
     python -m airflow_cdc.emulators.spanner --commit-ts-tables --version-retention 3h [--wall-clock]
+    python -m airflow_cdc.emulators.spanner --ddl schema.sql [--ddl-dialect postgresql]
 
 The first line printed is ``SPANNER_EMULATOR_HOST=<host>:<port>``; a summary follows as one
 JSON line: the change stream history's (stream name, partitions, splits, merges, change
 counts), or with ``--commit-ts-tables`` the seeded tables' (commits, changes by table, hard
 and soft deletes, whole-minute commits, shared commit timestamps). ``--with-change-stream``
 serves both. With ``--wall-clock`` the clock follows real time and the seeded tables' history
-ends at start-up (unless ``--start`` says otherwise).
+ends at start-up (unless ``--start`` says otherwise). ``--ddl FILE`` serves the file's tables
+(statements separated by ``;``, applied as ``UpdateDatabaseDdl`` applies them), empty and on a
+clock that follows real time unless ``--now`` is given; with ``--commit-ts-tables`` the file is
+applied on top of the seeded tables. A statement the emulator cannot apply stops it with the
+statement named.
 """
 
 from __future__ import annotations
@@ -18,16 +23,21 @@ import json
 import signal
 import sys
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 from airflow_cdc.model import CdcError, parse_ts
 
 from .history import DEFAULT_START, DEFAULT_STREAM, History, HistoryConfig
 from .server import EmulatorStartError, SpannerEmulator
+from .schema import GOOGLESQL, POSTGRESQL
 from .tables import (
     CommitTimestampHistoryConfig,
+    DatabaseSchema,
+    SpannerStatusError,
     VersionedDatabase,
     commit_timestamp_tables,
 )
+from .tables.ddl import split_statements
 from .tables.definition import DEFAULT_VERSION_RETENTION_PERIOD
 
 
@@ -87,6 +97,19 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         "DocumentHistory, Customers, Events) instead of the change stream",
     )
     tables.add_argument(
+        "--ddl",
+        metavar="FILE",
+        help="serve the tables of this DDL file (CREATE TABLE / CREATE INDEX ..., separated "
+        "by ;), empty, created at --start (default: start-up); the clock follows real time "
+        "unless --now is given. With --commit-ts-tables: applied on top of the seeded tables",
+    )
+    tables.add_argument(
+        "--ddl-dialect",
+        choices=("googlesql", "postgresql"),
+        default="googlesql",
+        help="the dialect the --ddl file is written in (default googlesql)",
+    )
+    tables.add_argument(
         "--with-change-stream",
         action="store_true",
         help="with --commit-ts-tables: serve the change stream history too",
@@ -112,21 +135,29 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
+    # Only the file's tables: a new database, created now, on real time (unless --now).
+    own_schema = args.ddl is not None and not args.commit_ts_tables and not args.with_change_stream
     if args.start is None:
-        args.start = _wall_clock_start(args.hours) if args.wall_clock else DEFAULT_START
+        if own_schema:
+            args.start = datetime.now(timezone.utc).replace(microsecond=0)
+        else:
+            args.start = _wall_clock_start(args.hours) if args.wall_clock else DEFAULT_START
+    serves_tables = args.commit_ts_tables or args.ddl is not None
     try:
-        history = _history(args) if not args.commit_ts_tables or args.with_change_stream else None
+        history = _history(args) if not serves_tables or args.with_change_stream else None
         tables = _tables(args) if args.commit_ts_tables else None
+        if args.ddl is not None:
+            tables = _ddl_tables(args, tables)
         emulator = SpannerEmulator(
             history,
             tables=tables,
             host=args.host,
             port=args.port,
             now=args.now,
-            wall_clock=args.wall_clock,
+            wall_clock=args.wall_clock or (own_schema and args.now is None),
             postgresql_databases=args.postgresql_database,
         )
-    except (CdcError, ValueError) as error:
+    except (CdcError, ValueError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     try:
@@ -171,6 +202,31 @@ def _tables(args: argparse.Namespace) -> VersionedDatabase:
         wall_clock=args.wall_clock,
     )
     return commit_timestamp_tables(config)
+
+
+def _ddl_tables(args: argparse.Namespace, tables: VersionedDatabase | None) -> VersionedDatabase:
+    """The --ddl file applied to ``tables`` (None: a new, empty database created at --start)."""
+    path = Path(args.ddl)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise OSError(f"--ddl {args.ddl}: cannot read the file ({error.strerror}): give the path "
+                      f"of a file of DDL statements separated by ;") from error
+    statements = split_statements(text)
+    if not statements:
+        raise ValueError(f"--ddl {args.ddl}: the file holds no DDL statement: write CREATE "
+                         f"TABLE ... statements separated by ;")
+    if tables is None:
+        tables = VersionedDatabase(
+            DatabaseSchema(()), created_at=args.start,
+            version_retention_period=args.version_retention,
+        )
+    dialect = POSTGRESQL if args.ddl_dialect == "postgresql" else GOOGLESQL
+    try:
+        tables.apply_ddl(statements, dialect)
+    except SpannerStatusError as error:
+        raise ValueError(f"--ddl {args.ddl}: {error.code}: {error.message}") from error
+    return tables
 
 
 def _wall_clock_start(hours: float) -> datetime:

@@ -25,7 +25,8 @@ from google.cloud.spanner_admin_database_v1.types import common as admin_common
 from google.cloud.spanner_admin_database_v1.types import spanner_database_admin as admin
 from google.cloud.spanner_v1.types import result_set
 from google.cloud.spanner_v1.types import type as spanner_type
-from google.protobuf import struct_pb2
+from google.longrunning import operations_pb2
+from google.protobuf import empty_pb2, struct_pb2
 from spannermockserver import DatabaseAdminServicer, SpannerServicer
 
 from airflow_cdc.emulators.injected_faults import CallFaults, Faults
@@ -349,6 +350,25 @@ class SchemaAdminServicer(DatabaseAdminServicer):
             database.version_retention_period = self.tables.version_retention_period
             database.earliest_version_time = to_datetime(self.tables.earliest_version_us())
         return database
+
+    def UpdateDatabaseDdl(self, request, context):
+        """Apply the statements to the served tables (all or none, see ``tables/ddl.py``):
+        a refused statement answers its status and changes nothing, never a success that
+        applied nothing."""
+        if self.tables is None:
+            context.abort(
+                grpc.StatusCode.UNIMPLEMENTED,
+                "This emulator serves a change stream history only, so DDL cannot be applied: "
+                "start it with tables (python -m airflow_cdc.emulators.spanner --ddl FILE, or "
+                "--commit-ts-tables; SpannerEmulator(tables=VersionedDatabase(...)))",
+            )
+        try:
+            self.tables.apply_ddl(request.statements, self._dialect(request.database))
+        except SpannerStatusError as error:
+            context.abort(grpc.StatusCode[error.code], error.message)
+        operation = operations_pb2.Operation(name=f"{request.database}/operations/ddl", done=True)
+        operation.response.Pack(empty_pb2.Empty())
+        return operation
 
     def GetDatabaseDdl(self, request, context):
         dialect = self._dialect(request.database)

@@ -29,7 +29,9 @@ from datetime import datetime, timedelta
 
 from ..clock import EmulatorClock
 from ..history import DEFAULT_START
+from ..schema import GOOGLESQL
 from ..timeline import format_micros, to_datetime, to_micros
+from .ddl import schema_after
 from .definition import (
     DEFAULT_VERSION_RETENTION_PERIOD,
     DatabaseSchema,
@@ -203,6 +205,25 @@ class VersionedDatabase:
     def commit_sequence(self) -> int:
         """How many commits there have been (a read-write transaction's begin mark)."""
         return self._sequence
+
+    # --- schema -------------------------------------------------------------------------
+    def apply_ddl(self, statements, dialect: str = GOOGLESQL) -> None:
+        """Apply DDL statements (``UpdateDatabaseDdl``): all of them, or none when one is
+        refused (:mod:`.ddl` says which kinds are applied). A created table starts empty; a
+        dropped table's rows go with it; commits already made stay in the commit log."""
+        with self._lock:
+            schema, retention = schema_after(self.schema, list(statements), dialect,
+                                             self.version_retention_period)
+            before = {t.name: t for t in self.schema.tables}
+            versions, current = {}, {}
+            for table in schema.tables:  # a table dropped and created again starts empty
+                same = before.get(table.name) is table
+                versions[table.name] = self._versions[table.name] if same else {}
+                current[table.name] = self._current[table.name] if same else {}
+            self._versions, self._current = versions, current
+            self.schema = schema
+            self.version_retention_period = retention
+            self.retention_us = retention_micros(retention)
 
     # --- writing ------------------------------------------------------------------------
     def commit(self, mutations, at: datetime | int | None = None) -> datetime:
