@@ -1,6 +1,6 @@
 """What every CDC task, operator or sensor, takes from its Airflow run and gives back to it.
 
-The DAG run's window (from its data interval) and lease owner, whether that run has finished,
+The DAG run's window (from its data interval) and lease owner, what Airflow says of a lease holder's run,
 the window's small XCom summary, the progress mirror in ``task_state_store``, and whether a
 task defers by default. The protocol's operators and its gate sensor share these, so they
 live below both: a sensor is an operator to Airflow (``BaseSensorOperator`` extends
@@ -19,6 +19,8 @@ from airflow_cdc.model import Window, ZeroWidthWindowError, format_ts
 
 # Airflow DAG run states after which a run can no longer act on its window.
 FINISHED_RUN_STATES = frozenset({"success", "failed"})
+# What :func:`holder_run_state` says of a run its DAG no longer has (deleted).
+GONE_RUN = "deleted"
 
 
 def window_from_context(stream_id: str, context: Mapping[str, Any]) -> Window:
@@ -40,20 +42,31 @@ def run_owner(context: Mapping[str, Any]) -> str:
     return f"{context['dag'].dag_id}/{context['run_id']}"
 
 
-def run_is_finished(context: Mapping[str, Any], owner: str | None) -> bool:
-    """Whether the DAG run ``owner`` (``dag_id/run_id``, see :func:`run_owner`) has finished.
+def holder_run_state(context: Mapping[str, Any], owner: str | None) -> str | None:
+    """What Airflow says of the DAG run ``owner`` (``dag_id/run_id``, see :func:`run_owner`).
 
-    Asked through the Task SDK (tasks never read Airflow's database). A run that cannot be
-    looked up counts as running: a lease is only ever taken from a run proven finished.
+    The run's state (``running``, ``success``, ``failed`` ...), :data:`GONE_RUN` when the DAG is
+    known but has no such run (``airflow dags test`` deletes the earlier run of its date, a run
+    deleted in the UI), or None when Airflow cannot say (no task instance, another Airflow,
+    a DAG this Airflow does not know). Asked through the Task SDK: tasks never read Airflow's
+    database.
     """
     if not owner or "/" not in owner or context.get("ti") is None:
-        return False
+        return None
+    ti = context["ti"]
     dag_id, run_id = owner.split("/", 1)
     try:
-        state = context["ti"].get_dagrun_state(dag_id=dag_id, run_id=run_id)
+        state = ti.get_dagrun_state(dag_id=dag_id, run_id=run_id)
+        return str(getattr(state, "value", state)).lower()
+    except Exception:  # noqa: BLE001 - no such run, or no answer: asked below
+        pass
+    try:
+        ti.get_dag(dag_id)  # raises for a DAG this Airflow does not know
+        if ti.get_dr_count(dag_id=dag_id, run_ids=[run_id]) == 0:
+            return GONE_RUN
     except Exception:  # noqa: BLE001 - unknown means "maybe running": keep the lease
-        return False
-    return str(getattr(state, "value", state)).lower() in FINISHED_RUN_STATES
+        return None
+    return None
 
 
 def mirror_task_progress(context: Mapping[str, Any], step: str, progress: Mapping) -> None:

@@ -34,9 +34,11 @@ from airflow_cdc.hooks.state import DEFAULT_CONN_ID, CdcStateHook
 from airflow_cdc.metrics import report_step
 from airflow_cdc.model import Window, WindowState, format_ts
 from airflow_cdc.operators.task_context import (
+    FINISHED_RUN_STATES,
+    GONE_RUN,
     default_deferrable,
+    holder_run_state,
     mirror_task_progress,
-    run_is_finished,
     run_owner,
     window_from_context,
     window_summary,
@@ -171,20 +173,25 @@ class CdcWindowOperator(BaseOperator):
         """Run ``plan`` (a call that plans the window); take the window over from a dead run.
 
         When another run holds the window's lease and Airflow says that run has finished
-        (success or failed: it can act no more), its lease is released and the window
-        planned again, which takes it over (attempt + 1). A run still running keeps the
-        window: WindowLeaseHeldError names it and the ``airflow-cdc release-lease`` command.
+        (success or failed) or no longer has it (deleted: ``airflow dags test`` of the same
+        date, the UI), it can act no more: its lease is released and the window planned
+        again, which takes it over (attempt + 1). A run still running keeps the window:
+        WindowLeaseHeldError names it, what Airflow says of it, and the ``airflow-cdc
+        release-lease`` command.
         """
         from airflow_cdc.state.errors import WindowLeaseHeldError
 
         try:
             return plan()
         except WindowLeaseHeldError as held:
-            if not run_is_finished(context, held.holder):
-                raise
+            state = holder_run_state(context, held.holder)
+            if state not in FINISHED_RUN_STATES | {GONE_RUN}:
+                said = ("Airflow could not say whether that run still exists" if state is None
+                        else f"Airflow says that DAG run is {state}")
+                raise WindowLeaseHeldError(f"{held} ({said})", holder=held.holder) from held
             self.log.warning(
-                "window %s is leased to %s, whose DAG run has finished: taking it over",
-                window.window_id, held.holder,
+                "window %s is leased to %s, whose DAG run is %s: taking it over",
+                window.window_id, held.holder, state,
             )
             store.release_lease(window, held.holder)
             return plan()
@@ -715,7 +722,7 @@ class CdcExtractOperator(CdcSparkOperator):
         return operator_lineage(self.source_datasets(), self.changelog_dataset())
 
     def execute(self, context) -> dict:
-        from airflow_cdc.spark.job import iceberg_job_spec
+        from airflow_cdc.spark.job import SparkJobError, iceberg_job_spec
 
         config = self.stream_config
         window = self.window(context)
@@ -755,7 +762,10 @@ class CdcExtractOperator(CdcSparkOperator):
                 conf=self.job_conf(context),
                 py_files=self.source_py_files(),
             )
-            self.run_job(spec, store, window, owner)
+            try:
+                self.run_job(spec, store, window, owner)
+            except SparkJobError as error:
+                raise with_rerun_hint(error, window) from None
         result = json.loads(result_path.read_text())
         if result.get("snapshot_id") is None:
             raise AirflowFailException(
@@ -772,6 +782,23 @@ class CdcExtractOperator(CdcSparkOperator):
         }
         mirror_task_progress(context, "extract", summary)
         return summary
+
+
+def with_rerun_hint(error, window: Window):
+    """``error`` (a failed extract job's SparkJobError, same type and fields) with what it left:
+    the window stays PLANNED and is read again by a re-run, which writes each change once (I1).
+
+    The job may have died anywhere (a killed driver writes no error line): before its
+    changelog commit nothing of the window is kept; after it, the re-run finds the commit
+    tagged with the window and writes nothing, so a re-run is always safe.
+    """
+    error.args = (
+        f"{error}\nwindow {window.window_id} of {window.stream_id!r} stays PLANNED: its extract "
+        f"recorded nothing in the state store. Re-run it: the task's retries do, or clear this "
+        f"extract task (its downstream tasks follow); a changelog commit the job made before it "
+        f"ended is found by its window tag and not written twice.",
+    )
+    return error
 
 
 class CdcCommitWindowOperator(CdcWindowOperator):
