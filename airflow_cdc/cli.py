@@ -139,8 +139,18 @@ def cmd_inspect_window(args, out) -> int:
 
 
 def confirmed(what: str, expected: str, out) -> bool:
-    """Whether the user typed ``expected`` (``what`` it is) to confirm a repair."""
-    if input(f"type {what} ({expected}) to confirm: ").strip() == expected:
+    """Whether the user typed ``expected`` (``what`` it is) to confirm a repair.
+
+    Without a terminal (a script, a CI job, a pod) there is nobody to ask: the repair is
+    refused, naming ``--yes``, rather than read as unconfirmed or crash on the closed input.
+    """
+    try:
+        answer = input(f"type {what} ({expected}) to confirm: ")
+    except EOFError:
+        raise CdcError(f"confirming needs {what} ({expected}) typed, but the input is closed "
+                       f"(no terminal); nothing was changed: run it in a terminal, or add --yes "
+                       f"to confirm on the command line") from None
+    if answer.strip() == expected:
         return True
     print("not confirmed: nothing was changed", file=out)
     return False

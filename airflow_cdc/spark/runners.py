@@ -85,6 +85,21 @@ def secret_conf_file(spec: SparkJobSpec, ship: bool = False) -> Iterator[SparkJo
         Path(path).unlink(missing_ok=True)
 
 
+def killed_detail(return_code: int | None) -> str:
+    """Why a spark-submit ended with ``return_code`` when a signal ended it (a negative code:
+    Popen's -N for signal N), since a killed process writes no error line; "" otherwise."""
+    if return_code is None or return_code >= 0:
+        return ""
+    import signal
+
+    try:
+        signame = signal.Signals(-return_code).name
+    except ValueError:
+        signame = f"signal {-return_code}"
+    return (f"spark-submit was killed by {signame} from outside the job (the out-of-memory "
+            f"killer, a worker shutting down, a kill by hand), so it wrote no error line")
+
+
 def bundled_spark_submit() -> str | None:
     """The ``spark-submit`` of this interpreter's pyspark, if pyspark is installed.
 
@@ -208,7 +223,7 @@ class LocalSparkRunner:
             self._process = None
         duration = time.monotonic() - started
         if return_code != 0:
-            raise SparkJobError(spec.name, return_code, tail)
+            raise SparkJobError(spec.name, return_code, tail, detail=killed_detail(return_code))
         self.log.info("Spark job %r finished in %.1f s", spec.name, duration)
         return SparkJobResult(spec.name, return_code, tuple(tail), duration)
 

@@ -151,3 +151,16 @@ def test_release_lease_of_a_run_that_no_longer_holds_the_window_changes_nothing(
     assert code == 2
     assert "is held by 'run', not 'dag/old'" in capsys.readouterr().err
     assert store.get_window("orders", W1.start).lease_owner == "run"
+
+
+def test_release_lease_without_a_terminal_or_yes_refuses_naming_yes_and_keeps_the_lease(store):
+    applied(store, window=W1, apply=False)
+    script = Path(sys.executable).parent / "airflow-cdc"
+    done = subprocess.run(
+        [str(script), "release-lease", "orders", "2024-05-01T09:00:00Z"],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120, env={**os.environ},
+    )
+
+    assert done.returncode == 2, done.stderr
+    assert "add --yes" in done.stderr and "EOFError" not in done.stderr
+    assert store.get_window("orders", W1.start).lease_owner == "run"
