@@ -80,9 +80,13 @@ def SpannerCommitTimestampPipeline(  # noqa: N802 - a factory named like the gro
     """A database's commit-timestamp tables into Iceberg: plan >> extract >> commit >> apply >> gate.
 
     ``tables`` maps each table to its commit-timestamp column, or to ``{"column": ...,
-    "kind": "plain" | "changelog" | "auto", "soft_delete": <BOOL or TIMESTAMP column>}``:
-    plain tables are upserted, change-log tables (like the seed's ``DocumentHistory``, the
-    commit timestamp in the key) appended; ``auto`` (the default) tells them apart by the key.
+    "kind": "plain" | "changelog" | "auto", "soft_delete": <BOOL or TIMESTAMP column>,
+    "skip_null_rows": True | False}``. The column must be NOT NULL: a row whose commit
+    timestamp is NULL matches no window, so a nullable column is refused before any window
+    opens, unless ``skip_null_rows=True`` says to read it knowing such rows are not captured
+    (every plan warns of it). Plain tables are upserted, change-log tables (like the seed's
+    ``DocumentHistory``, the commit timestamp in the key) appended; ``auto`` (the default)
+    tells them apart by the key.
     Deletes leave no commit timestamp: name a soft-delete column, or set ``reconcile_every``
     (N windows) to read the tables' keys at a window's end every N windows and delete the
     target keys that are gone. ``trust_application_timestamps=True`` reads a TIMESTAMP column

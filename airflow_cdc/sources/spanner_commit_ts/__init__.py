@@ -7,7 +7,8 @@ commit-timestamp column lies in ``[s, e)``: a read at ``e`` sees every commit ``
 none after, so the window is complete once ``e`` is past; no watermark needs waiting for.
 
 * :mod:`.schema`: the tables' schema from INFORMATION_SCHEMA, checked before a window is
-  planned (the column exists, is a commit-timestamp column; the seed's hotspot warnings).
+  planned (the column exists, is a NOT NULL commit-timestamp column; the seed's hotspot
+  warnings).
 * :mod:`.sql`: the window query ``WHERE col >= @s AND col < @e`` (the form Spanner optimizes)
   and the key query of the reconciliation, in both dialects, identifiers quoted.
 * :mod:`.rows`: result rows -> change rows (ordering per key: commit timestamp, then key).

@@ -13,6 +13,13 @@ The checks (seed 003):
   Otherwise the application writes the values, and a value written late (in the past) lands
   in a window already read: refused with the fix, unless ``trust_application_timestamps``
   (documented as unsafe), which turns the refusal into a warning;
+* it is ``NOT NULL``. A row whose commit timestamp is NULL matches no window query (``col >= s
+  AND col < e`` is never true for NULL), so it would never be captured, and a row overwritten
+  with NULL would keep its older version in the target: a nullable column is refused naming
+  the table, the column and the choices (backfill and declare it NOT NULL; or
+  ``skip_null_rows: True`` in the table's entry, which reads it and warns in every plan that
+  such rows are not captured). Under ``trust_application_timestamps`` a nullable column is
+  read with that warning added;
 * a commit-timestamp column that leads the primary key or a secondary index makes a hotspot
   (the seed's rule): a warning, the pipeline still reads it;
 * the soft-delete column, if any, is a ``BOOL`` (deleted when true) or a ``TIMESTAMP``
@@ -92,6 +99,7 @@ class TableConfig:
     column: str
     kind: str = AUTO
     soft_delete: str | None = None
+    skip_null_rows: bool = False  # read a nullable column, rows with NULL in it not captured
 
     @classmethod
     def parse(cls, table: str, value: Any) -> TableConfig:
@@ -100,7 +108,14 @@ class TableConfig:
         if not isinstance(value, Mapping) or not isinstance(value.get("column"), str):
             raise ValueError(
                 f"tables[{table!r}] is {value!r}: give the commit-timestamp column's name, or "
-                f"{{'column': <name>, 'kind': 'plain' | 'changelog', 'soft_delete': <column>}}"
+                f"{{'column': <name>, 'kind': 'plain' | 'changelog', 'soft_delete': <column>, "
+                f"'skip_null_rows': True | False}}"
+            )
+        skip = value.get("skip_null_rows", False)
+        if not isinstance(skip, bool):
+            raise ValueError(
+                f"tables[{table!r}] skip_null_rows {skip!r} must be True or False: True reads a "
+                f"nullable commit-timestamp column and leaves its NULL rows uncaptured"
             )
         kind = str(value.get("kind") or AUTO)
         if kind not in TABLE_KINDS:
@@ -113,10 +128,13 @@ class TableConfig:
         soft = value.get("soft_delete")
         if soft is not None and not isinstance(soft, str):
             raise ValueError(f"tables[{table!r}] soft_delete {soft!r} must be a column name")
-        return cls(value["column"], kind, soft or None)
+        return cls(value["column"], kind, soft or None, skip)
 
     def to_json(self) -> dict:
-        return {"column": self.column, "kind": self.kind, "soft_delete": self.soft_delete}
+        recorded = {"column": self.column, "kind": self.kind, "soft_delete": self.soft_delete}
+        if self.skip_null_rows:  # only when set: the fingerprint of other streams stays as it was
+            recorded["skip_null_rows"] = True
+        return recorded
 
 
 @dataclass(frozen=True)
@@ -275,6 +293,12 @@ def plan_tables(
                     f"wrote and a window read by them can miss rows written late. Fix: {fix}; "
                     f"or, knowing the risk, pass trust_application_timestamps=True"
                 )
+        if column.nullable:
+            if config.skip_null_rows or (trust_application_timestamps
+                                         and not column.commit_timestamp):
+                warnings.append(_null_rows_warning(info.name, column.name, config.skip_null_rows))
+            else:
+                problems.append(_null_rows_problem(info.name, column.name, name, dialect))
         warnings.extend(_hotspots(info, column.name))
         soft, soft_type = None, None
         if config.soft_delete:
@@ -326,6 +350,35 @@ def _commit_timestamp_fix(table: str, column: str, dialect: str) -> str:
     return (f"ALTER TABLE {table} ALTER COLUMN {column} SET OPTIONS (allow_commit_timestamp=true), "
             f"and write it with PENDING_COMMIT_TIMESTAMP() (DML) or spanner.commit_timestamp() "
             f"(mutations) in every insert and update")
+
+
+def _null_rows_problem(table: str, column: str, configured: str, dialect: str) -> str:
+    """The refusal of a nullable commit-timestamp column, with the two ways on."""
+    if dialect == POSTGRESQL:
+        backfill = (f"UPDATE {table} SET {column} = SPANNER.PENDING_COMMIT_TIMESTAMP() WHERE "
+                    f"{column} IS NULL, then ALTER TABLE {table} ALTER COLUMN {column} SET NOT "
+                    f"NULL")
+    else:
+        backfill = (f"UPDATE {table} SET {column} = PENDING_COMMIT_TIMESTAMP() WHERE {column} "
+                    f"IS NULL, then ALTER TABLE {table} ALTER COLUMN {column} TIMESTAMP NOT NULL "
+                    f"OPTIONS (allow_commit_timestamp=true)")
+    return (
+        f"commit-timestamp column {table}.{column} is nullable: a row whose {column} is NULL "
+        f"matches no window (NULL is never >= the window's start), so it would never be "
+        f"captured, and a row overwritten with NULL would keep its older version in the target. "
+        f"Choose one: (1) backfill and declare it NOT NULL: {backfill}, and write it in every "
+        f"insert and update; or (2) knowing that rows with a NULL {column} are not captured, "
+        f"give tables={{{configured!r}: {{'column': {column!r}, 'skip_null_rows': True}}}}"
+    )
+
+
+def _null_rows_warning(table: str, column: str, acknowledged: bool) -> str:
+    why = "skip_null_rows=True" if acknowledged else "trust_application_timestamps=True"
+    return (
+        f"column {table}.{column} is nullable and read because {why}: rows whose {column} is "
+        f"NULL are not captured, and a row overwritten with NULL keeps its older version in the "
+        f"target. Backfill the column and declare it NOT NULL to capture every row"
+    )
 
 
 def _hotspots(info: TableInfo, column: str) -> list[str]:
