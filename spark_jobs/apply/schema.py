@@ -396,6 +396,17 @@ def table_properties(spark: SparkSession, table: TableName) -> dict[str, str] | 
     return {row.key: row.value for row in spark.sql(f"SHOW TBLPROPERTIES {table.sql}").collect()}
 
 
+def create_namespaces(spark: SparkSession, tables: list[TableName]) -> None:
+    """The namespaces of ``tables``, each created once, before the tables' commit threads.
+
+    The JDBC catalog's ``CREATE NAMESPACE IF NOT EXISTS`` is a check then an insert: two
+    threads creating one namespace both pass the check and the second insert into
+    ``iceberg_namespace_properties`` fails. Created here first, the threads find it.
+    """
+    for catalog, namespace in sorted({(t.catalog, t.namespace) for t in tables}):
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS `{catalog}`.`{namespace}`")
+
+
 def _create(spark: SparkSession, table: TableName, columns: list[str], properties: str) -> None:
     if spark.catalog.tableExists(table.qualified):  # one catalog lookup, where DDL costs two statements
         return

@@ -32,7 +32,7 @@ from airflow_cdc.faults import crash_point
 from spark_jobs.apply.commit_threads import side_by_side
 from spark_jobs.apply.config import ApplyConfig, TableName
 from spark_jobs.apply.faults import fault
-from spark_jobs.apply.schema import prepare_target
+from spark_jobs.apply.schema import create_namespaces, prepare_target
 from spark_jobs.apply.table_fold import TableWork, record_snapshots
 from spark_jobs.apply.targets import (
     append_target,
@@ -63,6 +63,11 @@ def commit_tables(spark: SparkSession, config: ApplyConfig, works: list[TableWor
     from the others. A failed table stops no other table, of its group or of the other; once
     all are done, the first group's first failure (in the order of ``works``) is raised.
     """
+    create_namespaces(spark, [
+        table for work in works if _commits_pending(work)
+        for table in (work.plan.target, work.plan.tombstones, work.plan.history_table if work.plan.history else None)
+        if table is not None
+    ])
     groups: dict[bool, list[TableWork]] = {}
     for work in works:
         groups.setdefault(_skips_file_search(work), []).append(work)
