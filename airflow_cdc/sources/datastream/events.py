@@ -59,7 +59,7 @@ from airflow_cdc.model import (
     encode_ordering_key,
 )
 from airflow_cdc.sources.base import lone_surrogate_in
-from airflow_cdc.sources.datastream.types import payload_column_types
+from airflow_cdc.sources.datastream.types import declared_payload, payload_column_types
 
 UTC = timezone.utc
 GENERIC_FIELDS = (
@@ -346,6 +346,9 @@ def event_to_change_row(
         raise MalformedEventError(f"event {uuid} has no source_metadata object")
     kind = source_database(event.get("read_method", ""))
     table = source_table_name(event)
+    table_types = (declared_types or {}).get(table)
+    if table_types:  # values the source encodes otherwise than their declared type
+        payload = declared_payload(table, payload, table_types)
     values = {k: normalize_value(v) for k, v in payload.items() if v is not None}
     names, keyed_by = key_columns(event, kind, table_keys)
     if keyed_by == ORACLE_ROW_ID_COLUMN:
@@ -387,7 +390,7 @@ def event_to_change_row(
         old_values=values if op is Op.DELETE else None,
         column_types=_shared_types(payload_column_types(
             {name: payload.get(name, value) for name, value in values.items()},
-            (declared_types or {}).get(table),
+            table_types,
             schema_types,
         )),
         commit_ts=source_ts,

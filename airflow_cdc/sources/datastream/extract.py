@@ -53,7 +53,7 @@ from airflow_cdc.sources.datastream.events import (
 )
 from airflow_cdc.sources.datastream.keys import table_keys
 from airflow_cdc.sources.datastream.progress import idle_declared, progress_watermark
-from airflow_cdc.sources.datastream.types import AvroPayload, declared_column_types
+from airflow_cdc.sources.datastream.types import AvroPayload, DeclaredTypeError, declared_column_types
 
 
 
@@ -83,7 +83,7 @@ def map_event(stream: str, window_id: str, partition_id: str, event, tables: Tab
             table_keys=tables.keys, declared_types=tables.types, schema_types=schema_types,
         )
         values = changelog_tuple(row)
-    except MalformedEventError as error:
+    except (MalformedEventError, DeclaredTypeError) as error:
         return dead_letter(stream, window_id, partition_id, event, str(error))
     except Exception as error:  # noqa: BLE001 - whatever an event holds, it never fails the window
         return dead_letter(stream, window_id, partition_id, event,
@@ -172,7 +172,8 @@ def avro_file_results(stream: str, window_id: str, tables: TableSettings, path: 
                 results.append(dead_letter(
                     stream, window_id, path, record,
                     f"record {index} ({_event_name(record)}) has a payload value its writer schema's "
-                    f"type cannot hold ({type(error).__name__}: {error})"))
+                    f"type cannot hold (table {record.get('object')!r} {error}): correct the source's "
+                    f"value"))
                 continue
         results.append(map_event(stream, window_id, path, record, tables, payload.types))
     return results

@@ -22,7 +22,7 @@ exactly or dead-letters the row with the reason.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 
 from airflow_cdc.model import CdcError
@@ -41,6 +41,10 @@ _EPOCH = datetime(1970, 1, 1)
 
 class ColumnTypeMappingError(CdcError, ValueError):
     """A pipeline's ``column_types`` mapping that cannot type its tables' columns."""
+
+
+class DeclaredTypeError(CdcError, ValueError):
+    """A payload value that holds no value of its column's declared type: a dead letter."""
 
 
 # --- the source databases' type names --------------------------------------------------------
@@ -158,6 +162,64 @@ def declared_column_types(column_types: Mapping | None, stream_id: str = "") -> 
     return declared
 
 
+def declared_payload(table: str, payload: Mapping, declared: Mapping[str, str]) -> Mapping:
+    """``payload`` with the values of columns declared ``DATETIME`` that the source encodes
+    otherwise than as a wall-clock reading converted to one (a naive ``datetime``):
+
+    * Datastream's datetime record (``{"date": days since 1970-01-01, "time": microseconds
+      of the day}``, as JSON lines or an Avro record fastavro read) -> the datetime it names;
+    * an instant (an Avro ``timestamp-*`` long, which fastavro reads as UTC) -> its UTC wall
+      clock, the reading the source's epoch number counts in.
+
+    Text, dates and naive datetimes stay as they are (apply reads text exactly or
+    dead-letters it). A number, a boolean, an array or any other object holds no datetime
+    (a bare number does not say its unit): :class:`DeclaredTypeError` names table, column,
+    value and fix, and the event becomes a dead letter instead of failing apply.
+    """
+    converted = None
+    for column, kind in declared.items():
+        if kind != "DATETIME":
+            continue
+        value = payload.get(column)
+        if value is None or type(value) is str or (type(value) is datetime and value.tzinfo is None):
+            continue
+        wall_clock = _declared_datetime(table, column, value)
+        if wall_clock is not value:
+            converted = converted if converted is not None else dict(payload)
+            converted[column] = wall_clock
+    return payload if converted is None else converted
+
+
+def _declared_datetime(table: str, column: str, value: object) -> object:
+    where = f"table {table!r} column {column!r} is declared DATETIME but holds {_shown(value)}"
+    if isinstance(value, datetime):
+        return value if value.tzinfo is None else value.astimezone(UTC).replace(tzinfo=None)
+    if isinstance(value, (date, str)):
+        return value
+    if is_datetime_record(value):
+        try:
+            return datetime_of_record(value)
+        except ValueError as error:
+            raise DeclaredTypeError(
+                f"{where}, a datetime record whose {error}: correct the source's value, or "
+                f"declare the column JSON to keep the record as it is") from None
+    if isinstance(value, (int, float, Decimal)) and not isinstance(value, bool):
+        raise DeclaredTypeError(
+            f"{where}, a number that does not say its unit (days, seconds, milliseconds or "
+            f"microseconds since 1970): declare the column INT64 to keep the number, or have "
+            f"the source write the datetime as text (2024-03-10 09:01:35), as Datastream's "
+            f"datetime record, or as an Avro long with logical type local-timestamp-micros")
+    raise DeclaredTypeError(
+        f"{where}, a {type(value).__name__} that is no datetime: correct the column's entry "
+        f"in column_types (e.g. JSON for a record), or the source's value")
+
+
+def _shown(value: object) -> str:
+    """``value`` as an error message shows it: its repr, cut at 200 characters."""
+    text = repr(value)
+    return text if len(text) <= 200 else f"{text[:200]}..."
+
+
 # --- 2. the Avro schema ----------------------------------------------------------------------
 Convert = Callable[[object], object]
 
@@ -170,10 +232,16 @@ class AvroPayload:
     null is its other branch; int/long INT64, float FLOAT32, double FLOAT64, boolean BOOL,
     string (any logical type: varchar, uuid ...) and enum STRING, bytes/fixed BYTES, and
     with logical type decimal NUMERIC(p,s) (STRING, the exact text, beyond 38 digits, which
-    no Iceberg decimal holds); date DATE; timestamp-millis/micros TIMESTAMP;
-    local-timestamp-millis/micros and the datetime record DATETIME; time-millis/micros
+    no Iceberg decimal holds); date DATE; timestamp-millis/micros/nanos TIMESTAMP;
+    local-timestamp-millis/micros/nanos and the datetime record DATETIME (nanoseconds are
+    cut to microseconds, towards the past: Iceberg v2 holds microseconds); time-millis/micros
     STRING (``HH:MM:SS.ffffff``: Spark has no time type); record and map JSON; array
     ARRAY<element> (JSON when its elements are arrays, which Iceberg columns may not nest).
+
+    The datetime record is known by its logical type or by its shape
+    (:meth:`_is_datetime_shape`): writers leave out the record-level ``logicalType``, and its
+    fields come as plain int/long or with the ``date``/``time-micros`` logical types (which
+    fastavro decodes to ``date``/``time`` values).
     """
 
     def __init__(self, writer_schema: object) -> None:
@@ -195,10 +263,16 @@ class AvroPayload:
         """``payload`` as fastavro read it, with the values fastavro cannot decode decoded."""
         if not isinstance(payload, dict) or not self._decoders:
             return payload
-        return {
-            name: (self._decoders[name](value) if name in self._decoders and value is not None else value)
-            for name, value in payload.items()
-        }
+        decoded = dict(payload)
+        for name, decode in self._decoders.items():
+            value = payload.get(name)
+            if value is None:
+                continue
+            try:
+                decoded[name] = decode(value)
+            except (ValueError, TypeError, OverflowError) as error:
+                raise ValueError(f"column {name!r} value {_shown(value)}: {error}") from None
+        return decoded
 
     def _collect_names(self, schema: object, namespace: str) -> None:
         if isinstance(schema, list):
@@ -230,6 +304,15 @@ class AvroPayload:
             return self._named[schema["type"]]
         return schema
 
+    def _is_datetime_shape(self, schema: dict) -> bool:
+        """Whether a record has exactly the datetime record's fields: ``date`` an int (plain
+        or logical type ``date``) and ``time`` a long (plain or logical type ``time-micros``)."""
+        fields = _fields(schema)
+        types = {f.get("name"): self._resolve(f.get("type")) for f in fields}
+        if len(fields) != 2 or set(types) != {"date", "time"}:
+            return False
+        return _is_primitive(types["date"], "int", "date") and _is_primitive(types["time"], "long", "time-micros")
+
     def _type(self, schema: object) -> tuple[str, Convert | None]:
         schema = self._resolve(schema)
         if isinstance(schema, list):
@@ -254,9 +337,13 @@ class AvroPayload:
             return "TIMESTAMP", None
         if logical in ("local-timestamp-millis", "local-timestamp-micros") and kind == "long":
             return "DATETIME", None
+        if logical == "timestamp-nanos" and kind == "long":  # fastavro leaves nanos as int
+            return "TIMESTAMP", _nanos_instant
+        if logical == "local-timestamp-nanos" and kind == "long":
+            return "DATETIME", _nanos_wall_clock
         if logical in ("time-millis", "time-micros") and kind in ("int", "long"):
             return "STRING", _time_text
-        if logical == "datetime" and kind == "record":
+        if kind == "record" and (logical == "datetime" or self._is_datetime_shape(schema)):
             return "DATETIME", _datetime_record
         if kind in ("record", "error"):
             decoders = {f.get("name"): self._type(f.get("type"))[1] for f in _fields(schema)}
@@ -308,13 +395,70 @@ def _record_decoder(decoders: dict[str, Convert]) -> Convert:
     return decode
 
 
+def _is_primitive(schema: object, kind: str, logical: str) -> bool:
+    """Whether ``schema`` is the primitive ``kind``, plain or with the logical type ``logical``."""
+    if schema == kind:
+        return True
+    return (isinstance(schema, dict) and schema.get("type") == kind
+            and schema.get("logicalType", logical) == logical)
+
+
+_DAY_MICROS = 86_400_000_000
+
+
+def datetime_of_record(value: Mapping) -> datetime:
+    """Datastream's ``datetime`` record as the wall-clock datetime it names (no zone).
+
+    ``date`` is days since 1970-01-01 (an int, or the ``date`` fastavro decodes), ``time``
+    microseconds of the day (an int, or the ``time`` fastavro decodes). Anything else raises
+    :class:`ValueError` saying which part is wrong.
+    """
+    day, clock = value.get("date"), value.get("time")
+    if isinstance(day, date) and not isinstance(day, datetime):
+        start = datetime(day.year, day.month, day.day)
+    elif isinstance(day, int) and not isinstance(day, bool):
+        try:
+            start = _EPOCH + timedelta(days=day)
+        except OverflowError:
+            raise ValueError(f"date {day!r} is not a day of years 1 to 9999 in days since 1970-01-01") from None
+    else:
+        raise ValueError(f"date {day!r} is not a number of days since 1970-01-01")
+    if isinstance(clock, time):
+        micros = ((clock.hour * 60 + clock.minute) * 60 + clock.second) * 1_000_000 + clock.microsecond
+    elif isinstance(clock, int) and not isinstance(clock, bool) and 0 <= clock < _DAY_MICROS:
+        micros = clock
+    else:
+        raise ValueError(f"time {clock!r} is not microseconds of the day (0 to {_DAY_MICROS - 1})")
+    try:
+        return start + timedelta(microseconds=micros)
+    except OverflowError:
+        raise ValueError(f"date {day!r} and time {clock!r} pass the year 9999") from None
+
+
+def is_datetime_record(value: object) -> bool:
+    """Whether a payload value has the datetime record's keys, ``date`` and ``time``, only."""
+    return isinstance(value, Mapping) and len(value) == 2 and "date" in value and "time" in value
+
+
 def _datetime_record(value: object) -> object:
-    """Datastream's ``datetime`` record as the wall-clock datetime it names (no zone)."""
+    """A datetime record column's value decoded (a datetime already decoded stays)."""
     if isinstance(value, datetime):
         return value
-    if not isinstance(value, dict):
-        return value  # not the record: apply finds the value does not convert
-    return _EPOCH + timedelta(days=int(value["date"]), microseconds=int(value["time"]))
+    if not is_datetime_record(value):
+        raise ValueError(f"{value!r} is not a datetime record of date and time")
+    return datetime_of_record(value)
+
+
+def _nanos_instant(value: object) -> object:
+    """A ``timestamp-nanos`` long as its instant (UTC), cut to microseconds."""
+    return _nanos_wall_clock(value).replace(tzinfo=UTC)
+
+
+def _nanos_wall_clock(value: object) -> object:
+    """A ``local-timestamp-nanos`` long as its wall-clock datetime, cut to microseconds."""
+    if isinstance(value, datetime):
+        return value
+    return _EPOCH + timedelta(microseconds=int(value) // 1000)
 
 
 def _time_text(value: object) -> object:
