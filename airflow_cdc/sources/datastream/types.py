@@ -16,7 +16,11 @@ from which apply types the target's columns. For a payload column the first of t
    exact decimals, objects and arrays as JSON.
 
 A value that does not fit its column's type is never turned into NULL: apply converts it
-exactly or dead-letters the row with the reason.
+exactly or dead-letters the row with the reason. A declared type wins over the encoding the
+source chose, so a value encoded otherwise (a ``DATETIME`` written as Datastream's datetime
+record or as an Avro instant) is converted first (:func:`declared_payload`), and one that
+holds no value of the type at all is a dead letter of extract, naming table, column, value
+and fix.
 """
 
 from __future__ import annotations
