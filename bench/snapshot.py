@@ -406,7 +406,7 @@ def main(argv=None) -> int:
 
         parallel, summary, phases = run_parallel(spark, sink, TABLE, "items-1", args)
         detail(f"parallel: seconds={parallel:.2f} rows={summary['rows_staged']} chunks={summary['chunks']} "
-               f"batches={summary['batches_staged']} rows_dropped={summary['rows_dropped']} "
+               f"batches={summary['batches_staged']} keys_changed_during_reads={summary['keys_changed_during_reads']} "
                f"chunk_size={args.chunk_size} chunks_per_batch={args.chunks_per_batch}")
         detail("parallel steps: " + " ".join(f"{name}={value:.2f}s" for name, value in phases.items()))
         single, single_rows = run_single_query(spark, TABLE, base / "single")

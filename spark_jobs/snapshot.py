@@ -17,12 +17,22 @@ with watermarks in the log (:mod:`airflow_cdc.sources.debezium.watermarks`), per
    predicate per chunk) and cached, so the read happens here; high watermark into the log.
 4. Wait until the capture has delivered the high watermark into the sink (bounded: a capture
    that is down fails the job naming it), then scan the files that appeared since step 3 for
-   the keys of the table changed between the two watermarks.
-5. The batch's rows minus those keys become READ change rows at the high watermark's position
+   the keys of the table changed between the two watermarks (counted in the marker).
+5. Every row of the batch becomes a READ change row at the **low** watermark's position
    (:mod:`spark_jobs.snapshot_rows`), written as Parquet to ``batch=<n>/``, then
    ``_BATCH.json`` (the batch is whole). The stream's windows take whole batches
    (:mod:`airflow_cdc.sources.debezium.staged`).
 6. ``_COMPLETE.json`` once every chunk is staged.
+
+Why the low watermark, and no row dropped: a row was read at some moment between the two
+watermarks, so its READ never overrides a change after the low one, and every such change is
+applied on top of it (a full image replaces it, a partial image sets the columns it carries).
+A column no change after the low watermark carries held one value from the low watermark
+to the read, the value the READ row has. So the READ row is the base that partial images
+(unchanged TOASTed columns as Debezium's unavailable-value placeholder) need: a key updated
+during the read and never again in full keeps the READ row's value for the columns its
+partial changes leave out. (Dropping the READ rows of keys changed between the watermarks,
+DBLog's rule, is right only where every change is a full image.)
 """
 
 from __future__ import annotations
@@ -283,7 +293,7 @@ def stage_batch(spark, spec: SnapshotSpec, plan: ChunkPlan, number: int, chunks,
     """Steps 3-5 for batch ``number``; returns its marker's fields."""
     from pyspark import StorageLevel
 
-    from spark_jobs.snapshot_rows import key_texts_frame, read_rows, without_changed_keys
+    from spark_jobs.snapshot_rows import read_rows
 
     lister, _ = sink_access(spec.sink["prefix"], spec.sink.get("connection"))
     before = listed_paths(list_sink_files(lister, spec.sink["prefix"],
@@ -291,7 +301,7 @@ def stage_batch(spark, spec: SnapshotSpec, plan: ChunkPlan, number: int, chunks,
     watermark = Watermark(spec.snapshot_id, number, LOW)
     emit(conn, spec, watermark)
     frame = read_chunks(spark, spec, plan, chunks, reading).persist(StorageLevel.MEMORY_AND_DISK)
-    read = frame.count()  # the read happens here, between the watermarks
+    frame.count()  # the read happens here, between the watermarks
     emit(conn, spec, Watermark(spec.snapshot_id, number, HIGH))
     key_names = [c.name for c in plan.key_columns]
     scan = wait_for_watermarks(spec, watermark, before, key_names)
@@ -301,19 +311,18 @@ def stage_batch(spark, spec: SnapshotSpec, plan: ChunkPlan, number: int, chunks,
                  else datetime.now(timezone.utc))
     rows = read_rows(
         frame, stream=spec.stream_id, source_table=_table_identifier(spec.source_table),
-        key_columns=key_names, ordering_key=ordering_key(scan.high, "r"), commit_ts=commit_ts,
+        key_columns=key_names, ordering_key=ordering_key(scan.low, "r"), commit_ts=commit_ts,
         event_id_prefix=f"{name}/{spec.source_table}/r/{scan.high.text}/",
         partition_id=partition_of(spec.snapshot_id), declared=reading.declared,
         metadata={"snapshot": "parallel", "snapshot_id": spec.snapshot_id, "batch": number,
-                  "position": scan.high.text, "low_watermark": scan.low.text},
+                  "position": scan.low.text, "high_watermark": scan.high.text},
     )
-    kept = without_changed_keys(rows, key_texts_frame(spark, sorted(scan.changed_keys)))
     folder = _path(spec.staging).parent / batch_dir(spec.snapshot_id, number)
-    kept.write.mode("overwrite").parquet(str(folder))
+    rows.write.mode("overwrite").parquet(str(folder))
     staged = spark.read.parquet(str(folder)).count()
     frame.unpersist()
-    marker = batch_marker([c.index for c in chunks], staged, read - staged, scan.low.text,
-                          scan.high.text)
+    marker = batch_marker([c.index for c in chunks], staged, len(scan.changed_keys),
+                          scan.low.text, scan.high.text)
     write_whole(folder / BATCH_MARKER, marker)
     return json.loads(marker)
 
@@ -325,26 +334,28 @@ def _table_identifier(source_table: str) -> str:
 
 
 def run_snapshot(spark, spec: SnapshotSpec) -> dict:
-    """Steps 1-6; returns the summary (chunks, batches, rows staged, rows dropped)."""
+    """Steps 1-6; returns the summary (chunks, batches, rows staged, keys changed while
+    their batch was read: staged under those changes, module docstring)."""
     conn = connect(spec)
     try:
         plan = load_or_plan(spec, conn)
         reading = column_reading(conn, spec, plan)
         done, last = staged_chunks(spec)
         pending = [c for c in plan.chunks if c.index not in done]
-        batches, rows, dropped = [], 0, 0
+        batches, rows, changed = [], 0, 0
         for start in range(0, len(pending), max(1, spec.chunks_per_batch)):
             last += 1
             marker = stage_batch(spark, spec, plan, last,
                                  pending[start:start + spec.chunks_per_batch], conn, reading)
             batches.append(last)
             rows += marker["rows"]
-            dropped += marker["dropped"]
+            changed += marker["keys_changed_during_read"]
     finally:
         conn.close()
     summary = {"snapshot_id": spec.snapshot_id, "table": spec.source_table,
                "chunks": len(plan.chunks), "chunks_resumed": len(done),
-               "batches_staged": len(batches), "rows_staged": rows, "rows_dropped": dropped}
+               "batches_staged": len(batches), "rows_staged": rows,
+               "keys_changed_during_reads": changed}
     write_whole(_path(spec.staging) / COMPLETE_MARKER, json.dumps(summary, sort_keys=True))
     return summary
 

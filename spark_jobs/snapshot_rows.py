@@ -119,21 +119,3 @@ def read_rows(frame, *, stream: str, source_table: str, key_columns: Sequence[st
         F.lit(json.dumps(dict(metadata), sort_keys=True, separators=(",", ":"))).alias(
             "source_metadata_json"),
     )
-
-
-def key_texts_frame(spark, key_texts: Sequence[str]):
-    """The canonical key texts (:func:`airflow_cdc.sources.debezium.watermarks.key_text`) of
-    the keys changed between a batch's watermarks, as one column ``__changed``."""
-    from pyspark.sql.types import StringType, StructField, StructType
-
-    return spark.createDataFrame([(t,) for t in key_texts],
-                                 StructType([StructField("__changed", StringType(), False)]))
-
-
-def without_changed_keys(rows, changed):
-    """``rows`` minus the keys in ``changed`` (:func:`key_texts_frame`): the keys compared as
-    the same canonical JSON text (``to_json`` of the sorted key map, as ``key_text`` writes
-    it)."""
-    from pyspark.sql import functions as F
-
-    return rows.join(F.broadcast(changed), F.to_json("keys") == F.col("__changed"), "left_anti")

@@ -47,7 +47,7 @@ class CdcSnapshotOperator(CdcSparkOperator):
     ``watermark_table`` for databases without logical decoding messages (a captured table
     with columns id, snapshot_id, batch, kind); ``watermark_timeout`` seconds the job waits for
     the capture to deliver a watermark. Returns the job's summary (chunks, batches, rows
-    staged and dropped) as XCom.
+    staged, keys changed during the reads) as XCom.
     """
 
     template_fields = ("source_conn", "table", "snapshot_id", "key_columns")

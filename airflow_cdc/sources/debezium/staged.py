@@ -17,7 +17,7 @@ changelog commit, and the partition finishes with the window that takes the last
 ``_COMPLETE.json`` exists. The partition never holds a window back: its watermark is the
 window's end (a batch is whole or absent), so a snapshot runs beside the stream for hours
 without delaying a gate. A staged row is applied by the window that takes it, in the order
-its ordering key (the batch's high watermark) gives it among the key's changes, exactly once.
+its ordering key (the batch's low watermark) gives it among the key's changes, exactly once.
 
 Only the standard library.
 """
@@ -102,8 +102,11 @@ def staged_snapshots(paths: Iterable[str], root: str) -> dict[str, StagedSnapsho
     return found
 
 
-def batch_marker(chunks: list[int], rows: int, dropped: int, low: str, high: str) -> str:
-    """The ``_BATCH.json`` text: which chunks the batch holds, its rows, the rows dropped for
-    keys changed between its watermarks, and the watermarks' positions."""
-    return json.dumps({"chunks": chunks, "rows": rows, "dropped": dropped, "low": low,
+def batch_marker(chunks: list[int], rows: int, keys_changed_during_read: int, low: str,
+                 high: str) -> str:
+    """The ``_BATCH.json`` text: which chunks the batch holds, its rows (every row read), how
+    many keys of the table changed between its watermarks (their changes apply on top of the
+    READ rows), and the watermarks' positions."""
+    return json.dumps({"chunks": chunks, "rows": rows,
+                       "keys_changed_during_read": keys_changed_during_read, "low": low,
                        "high": high}, sort_keys=True)

@@ -6,15 +6,21 @@ moment of the read, and that moment is nowhere in the log. So, as DBLog and Flin
 snapshot writes a **low watermark** into the log before it reads a batch of chunks and a
 **high watermark** after, and waits until the capture has delivered both into the sink:
 
-* a key with **no** change between the two watermarks held one value for the whole read, the
-  value the chunk read; its READ row takes the high watermark's position (as a READ, it sorts
-  before any change at that position: :func:`.ordering.ordering_key`), so every change after
-  the high watermark is newer and wins, every change before the low watermark is older and
-  loses;
-* a key **with** a change between them may have been read before or after that change; its
-  READ row is dropped, and the changes in the log (streamed like any other) bring the key to
-  its value. A delete between the watermarks therefore removes the key, and no READ row can
-  bring it back (I3).
+* every row the batch read takes the **low** watermark's position (as a READ, it sorts before
+  any change at that position: :func:`.ordering.ordering_key`): every change before the low
+  watermark is older and loses, every change after it is newer and is applied on top. A key
+  with no change between the watermarks held one value for the whole read, the value read;
+* a key **with** changes between them was read before, between or after them, so its READ row
+  holds each column's value at some moment after the low watermark. The changes replay on
+  top: a full image replaces the row, a partial image (Debezium's unavailable-value
+  placeholder for an unchanged TOASTed column) sets only the columns it carries, and a
+  column none of them carries did not change after the low watermark, so the READ row's
+  value is right. Dropping such keys' READ rows (DBLog's rule) would leave a key whose
+  changes are all partial images with no base row. A delete between the watermarks is newer
+  than the READ row and removes the key (I3).
+
+The keys changed between the watermarks are still found (:func:`scan_batch`) and counted in
+the batch's marker: how much of a batch the stream changed while it was read.
 
 The watermarks are transactional logical decoding messages on PostgreSQL
 (``pg_logical_emit_message(true, 'airflow-cdc.snapshot', '<snapshot>/<batch>/<low|high>')``):
