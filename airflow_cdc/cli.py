@@ -78,6 +78,9 @@ def cmd_status(args, out) -> int:
                    if record.state is WindowState.FAILED else ""),
                 file=out,
             )
+            lease = record.lease_at(now)
+            if lease is not None:
+                print(f"      {lease_text(record, lease, now)}", file=out)
         if stream.source_kind == "debezium":
             print_snapshot_state(store.list_windows(stream.stream_id), out)
         print("  partitions:", file=out)
@@ -95,6 +98,22 @@ def cmd_status(args, out) -> int:
             print(f"    ... and {health.live_partitions - len(rows)} more live partition(s) "
                   f"(--partitions shows more)", file=out)
     return 0
+
+
+def lease_text(record, lease, now: datetime) -> str:
+    """Who holds an open window and until when. A live lease refuses every other run of the
+    window until its holder finishes or the lease expires (I6), and the stream's next window
+    waits until this one commits, so a holder that died shows here with the way out."""
+    run = lease.dag_run
+    holder = f"DAG run {run[0]} / {run[1]}" if run else repr(lease.owner)
+    if lease.live:
+        return (f"leased to {holder} until {format_ts(lease.expires_at)} (in "
+                f"{duration_text((lease.expires_at - now).total_seconds())}); if that run is "
+                f"dead: airflow-cdc release-lease {record.stream_id} {format_ts(record.start)} "
+                f"--owner '{lease.owner}'")
+    return (f"lease of {holder} expired at {format_ts(lease.expires_at)} "
+            f"({duration_text((now - lease.expires_at).total_seconds())} ago): the window's "
+            f"next plan takes it over (clear its plan task)")
 
 
 def print_snapshot_state(windows, out) -> None:

@@ -9,6 +9,9 @@ from airflow_cdc.model import PartitionPosition, PartitionState, Window, WindowS
 
 # Window states from which the window's outcomes are recorded: the next window may start.
 COMMITTED_OR_LATER = frozenset({WindowState.COMMITTED, WindowState.APPLIED, WindowState.COMPLETE})
+# Window states whose next step needs the window's lease (extract, commit, apply): while one of
+# them holds a live lease, no other run may plan the window, and the next window waits for it.
+LEASED_STATES = frozenset({WindowState.PLANNED, WindowState.EXTRACTED, WindowState.COMMITTED})
 # Partition states that still have changes to deliver.
 LIVE_PARTITION_STATES = (PartitionState.CREATED, PartitionState.READY, PartitionState.RUNNING)
 # Partition states a window reads.
@@ -62,6 +65,26 @@ class PartitionRecord:
 
 
 @dataclass(frozen=True)
+class WindowLease:
+    """Who holds an open window and until when, as ``status`` and the CDC view show it.
+
+    ``owner`` is the holder's lease owner, for a DAG run ``dag_id/run_id``; ``live`` says
+    whether the lease is unexpired at the instant asked about: a live lease keeps every other
+    run from planning the window (I6), an expired one is taken over by the window's next plan.
+    """
+
+    owner: str
+    expires_at: datetime
+    live: bool
+
+    @property
+    def dag_run(self) -> tuple[str, str] | None:
+        """(dag_id, run_id) when the owner is a DAG run (``dag_id/run_id``), else None."""
+        dag_id, _, run_id = self.owner.partition("/")
+        return (dag_id, run_id) if dag_id and run_id else None
+
+
+@dataclass(frozen=True)
 class WindowRecord:
     """One window of a stream with its state, lease and results."""
 
@@ -89,6 +112,14 @@ class WindowRecord:
     def committed(self) -> bool:
         """Whether the window's outcomes are recorded (COMMITTED, APPLIED or COMPLETE)."""
         return self.state in COMMITTED_OR_LATER
+
+    def lease_at(self, now: datetime) -> WindowLease | None:
+        """The window's lease at ``now`` while a step still needs it (PLANNED, EXTRACTED,
+        COMMITTED), live or expired; None once the window is applied, complete or failed, or
+        was never leased (those leases hold nothing back)."""
+        if self.state not in LEASED_STATES or not self.lease_owner or self.lease_expires_at is None:
+            return None
+        return WindowLease(self.lease_owner, self.lease_expires_at, self.lease_expires_at > now)
 
 
 @dataclass(frozen=True)
