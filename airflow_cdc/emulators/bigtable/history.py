@@ -13,8 +13,9 @@ seed alone (times are offsets from ``start``, so the content does not depend on 
 * the partition timeline (:mod:`.partitions`): initial partitions, splits, and merges with two
   and three parents, none during the lag episode;
 * the replication model: a write reaches the other cluster ``replication_lag`` after its commit,
-  except during the **lag episode**: ``c2``'s writes to one partition's row range during
-  ``[t1, t2]`` reach ``c1`` only at ``hold_until``, holding that partition's low watermark back
+  except during the **lag episode**: ``c2``'s writes to one partition's row range committed
+  from ``t1`` reach ``c1`` only at ``hold_until`` (in commit order, so no later write of a row
+  passes a held one), holding that partition's low watermark back
   across a 30-minute boundary ``b`` (``t2 = b - 20 s``, ``hold_until = b + 75 s`` by default,
   ``HistoryConfig.lag_hold_after_boundary``);
 * the truth at any instant (:meth:`BigtableHistory.true_state`): every commit with a commit
@@ -165,8 +166,12 @@ class HistoryConfig:
 
 @dataclass(frozen=True)
 class LagEpisode:
-    """``cluster``'s writes to ``row_range`` committed in ``[start, end]`` reach the other
-    cluster only at ``hold_until``; ``boundary`` is the 30-minute mark the episode spans."""
+    """``cluster``'s replication of ``row_range`` to the other cluster is held from ``start``
+    until ``hold_until``: its writes there committed in that time reach the other cluster at
+    ``hold_until`` at the earliest, in commit order (seed 004: a row's records from one cluster
+    come in commit-timestamp order, so a later write never passes a held one). ``end`` is the
+    last commit the generator writes into the range for the episode; ``boundary`` is the
+    30-minute mark the episode spans."""
 
     cluster: str
     row_range: RowRange
@@ -179,7 +184,7 @@ class LagEpisode:
     def holds(self, commit: Commit) -> bool:
         return (
             commit.cluster == self.cluster
-            and self.start_us <= commit.commit_us <= self.end_us
+            and self.start_us <= commit.commit_us < self.hold_until_us
             and self.row_range.contains(commit.row_key)
         )
 
