@@ -26,11 +26,10 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from airflow_cdc.spark.job import SECRET_CONF_FILE_KEY, SparkJobError, SparkJobResult, SparkJobSpec
-from airflow_cdc.work_root import is_local, read_text, remove, work_path, write_text
+from airflow_cdc.work_root import is_local, local_path, read_text, remove, work_path, write_text
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +102,7 @@ class Staging:
         """``location`` as a URI the cluster reads: URIs as they are, local files staged."""
         if not is_local(location):
             return location
-        path = Path(location.removeprefix("file://"))
+        path = local_path(location)
         stat = path.stat()
         key = (str(path.resolve()), stat.st_mtime, stat.st_size)
         if key not in self._known:

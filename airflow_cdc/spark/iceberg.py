@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_cdc.model import CdcError, validate_identifier
+from airflow_cdc.work_root import refuse_half_uri
 
 JARJAR = Path("/usr/share/java/jarjar.jar")
 JDBC_DRIVER_JARS = {
@@ -292,7 +293,9 @@ class IcebergCatalog:
         if self.vended_credentials is None:
             object.__setattr__(self, "vended_credentials", False)
         if not self.warehouse and kind in ("hadoop", "jdbc"):
-            object.__setattr__(self, "warehouse", str(default_warehouse()))
+            object.__setattr__(self, "warehouse", default_warehouse())
+        if kind != "rest":  # a REST warehouse may be a catalog's name, the server's to read
+            refuse_half_uri(f"Iceberg catalog {self.name!r} has warehouse", self.warehouse)
         if kind == "jdbc" and not self.jdbc_url:
             raise ValueError(
                 f"Iceberg catalog {self.name!r} is kind 'jdbc' but has no jdbc_url: pass e.g. "
@@ -407,9 +410,9 @@ class IcebergCatalog:
 
     @property
     def warehouse_uri(self) -> str:
-        """The warehouse as a URI (a local folder as ``file:``). A REST catalog whose warehouse
-        is a name (Polaris, Lakekeeper) gives ``<uri>/<name>``: table locations are the
-        server's to choose, so this only names them for lineage."""
+        """The warehouse as a URI (a local folder as ``file:``; a URI exactly as given). A
+        REST catalog whose warehouse is a name (Polaris, Lakekeeper) gives ``<uri>/<name>``:
+        table locations are the server's to choose, so this only names them for lineage."""
         if self.kind == "rest" and "://" not in self.warehouse:
             return "/".join(p for p in (str(self.uri).rstrip("/"), self.warehouse) if p)
         if not self.warehouse:
@@ -554,13 +557,20 @@ def _iceberg_version() -> str:
     return ICEBERG_VERSION
 
 
-def default_warehouse() -> Path:
-    """``$AIRFLOW_CDC_WAREHOUSE``, else ``$AIRFLOW_HOME/cdc_warehouse`` (``~/airflow`` default)."""
+def default_warehouse() -> str:
+    """``$AIRFLOW_CDC_WAREHOUSE``, else ``$AIRFLOW_HOME/cdc_warehouse`` (``~/airflow`` default).
+
+    The setting is kept as its text: a URI (``gs://bucket/prefix``) read as a path would
+    collapse to ``gs:/bucket/prefix``, a folder under the worker's working directory, so every
+    worker would keep its own copy of the tables.
+    """
     configured = os.environ.get("AIRFLOW_CDC_WAREHOUSE")
     if configured:
-        return Path(configured)
+        return configured
     home = os.environ.get("AIRFLOW_HOME") or str(Path.home() / "airflow")
-    return Path(home) / "cdc_warehouse"
+    return str(Path(home) / "cdc_warehouse")
+
+
 
 
 # Compiled classes Spark keeps (its default is 100): a session that runs window after window
