@@ -61,9 +61,19 @@ def ensure_utc(name: str, value: datetime) -> datetime:
     return value.astimezone(UTC)
 
 
-def format_ts(value: datetime) -> str:
-    """ISO-8601 UTC with microseconds and a Z suffix: sorts like the instant it names."""
-    return ensure_utc("timestamp", value).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def format_ts(value: datetime, *, timespec: str = "microseconds") -> str:
+    """RFC 3339 UTC text of an instant, ``YYYY-MM-DDTHH:MM:SS.ffffffZ``: the one writer of
+    timestamp text (window ids, changelog values, the Spanner emulator's values, Datastream
+    events), so every reader sees one shape.
+
+    The year is always four digits (``0005-01-01T...``): RFC 3339 and Spanner require it, and
+    only then does the text sort like the instant it names (``strftime("%Y")`` writes ``5``
+    for year 5, which Spanner's client refuses and apply cannot read). ``timespec`` is
+    ``datetime.isoformat``'s (``"milliseconds"`` for Datastream's three digits); the fraction
+    is cut, never rounded, so the text never names a later instant.
+    """
+    utc = ensure_utc("timestamp", value)
+    return utc.replace(tzinfo=None).isoformat(timespec=timespec) + "Z"
 
 
 def parse_ts(text: str) -> datetime:

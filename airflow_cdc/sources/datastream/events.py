@@ -57,6 +57,7 @@ from airflow_cdc.model import (
     Image,
     Op,
     encode_ordering_key,
+    format_ts,
 )
 from airflow_cdc.sources.base import lone_surrogate_in
 from airflow_cdc.sources.datastream.types import declared_payload, payload_column_types
@@ -240,7 +241,7 @@ def normalize_value(value: object) -> object:
     if isinstance(value, datetime):
         if value.tzinfo is None:
             return value.isoformat()
-        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return format_ts(value)
     if isinstance(value, date):
         return value.isoformat()
     if isinstance(value, time):

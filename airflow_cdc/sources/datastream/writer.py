@@ -15,11 +15,11 @@ datetimes and dates as ISO text.
 
 from __future__ import annotations
 
-from datetime import date, datetime, timezone
+from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
 
-from airflow_cdc.model import value_text
+from airflow_cdc.model import format_ts, value_text
 from airflow_cdc.sources.datastream.events import GENERIC_FIELDS
 
 _EPOCH = datetime(1970, 1, 1)
@@ -36,7 +36,7 @@ def _json_value(value: object) -> object:
     if isinstance(value, datetime):
         if value.tzinfo is None:
             return value.isoformat()
-        return value.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+        return format_ts(value, timespec="milliseconds")  # Datastream writes milliseconds
     if isinstance(value, date):
         return value.isoformat()
     if isinstance(value, dict):

@@ -27,6 +27,8 @@ from zoneinfo import ZoneInfo
 from google.cloud.spanner_v1.types import type as spanner_type
 from google.protobuf import struct_pb2
 
+from airflow_cdc.model import format_ts
+
 from ..schema import POSTGRESQL, SpannerType, numeric_text
 from .status import SpannerStatusError, invalid
 
@@ -243,7 +245,7 @@ def text_value(spanner: SpannerType, value: Any) -> str:
     if code == "JSON":
         return json.dumps(value, sort_keys=True, separators=(",", ":"))
     if code == "TIMESTAMP":
-        return value.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return format_ts(value)
     if code == "DATE":
         return value.isoformat()
     if code == "BYTES":
