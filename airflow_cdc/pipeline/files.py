@@ -206,7 +206,7 @@ def write_private(path, text: str) -> None:
 
 def window_dir(work_root: str | Path, window: Window):
     """Deterministic per-window folder: a re-run of the window finds the same files (a Path,
-    or a UPath under a URI work root: :mod:`airflow_cdc.work_root`)."""
+    or an ObjectPath under a URI work root: :mod:`airflow_cdc.work_root`)."""
     start = format_ts(window.start).replace(":", "").replace("-", "")
     end = format_ts(window.end).replace(":", "").replace("-", "")
     return work_path(work_root, window.stream_id, f"{start}_{end}")

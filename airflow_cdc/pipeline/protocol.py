@@ -108,7 +108,7 @@ class StreamConfig:
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     def window_dir(self, window: Window):
-        """The window's folder (a Path, or a UPath under a URI work root)."""
+        """The window's folder (a Path, or an ObjectPath under a URI work root)."""
         return window_dir(self.work_root, window)
 
     def plan_path(self, window: Window):
