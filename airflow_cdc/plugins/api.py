@@ -2,11 +2,13 @@
 
     GET /cdc/                                  the page (static/index.html)
     GET /cdc/static/<file>                     its script, style sheet and icon
-    GET /cdc/api/streams                       every stream: state, freshness, lag, partitions
+    GET /cdc/api/streams                       every stream: state, freshness, lag, partitions,
+                                               who holds its newest window's lease and until when
     GET /cdc/api/streams/<id>?windows=50&partitions=100&before=<start>
                                                one stream: its windows (open ones first, with
-                                               step durations and the gate's reason) and its
-                                               live partitions (lagging ones first)
+                                               step durations, the gate's reason and the lease's
+                                               holder and expiry) and its live partitions
+                                               (lagging ones first)
     GET /cdc/api/streams/<id>/chart.svg?last=48  its charts (also chart.png): airflow_cdc.charts
 
 Every route, the page included, is behind Airflow's auth manager: the caller is identified as
@@ -168,7 +170,8 @@ def create_app() -> FastAPI:
         return {
             "state_store": store.url,
             "now": now.isoformat(),
-            "streams": [stream_payload(stream_health(store, s, now)) for s in store.streams()],
+            "streams": [stream_payload(stream_health(store, s, now), now)
+                        for s in store.streams()],
         }
 
     @app.get("/api/streams/{stream_id}")
@@ -200,8 +203,8 @@ def create_app() -> FastAPI:
         return {
             "state_store": store.url,
             "now": now.isoformat(),
-            "stream": stream_payload(health),
-            "windows": [window_payload(w) for w in shown],
+            "stream": stream_payload(health, now),
+            "windows": [window_payload(w, now) for w in shown],
             "more_windows": len(shown) == windows and health.windows > len(shown),
             "partitions": [partition_payload(p) for p in rows],
             "more_partitions": max(0, health.live_partitions - len(rows)),

@@ -22,6 +22,23 @@ def _run(run: tuple[str, str] | None) -> dict | None:
     return {"dag_id": run[0], "run_id": run[1]} if run else None
 
 
+def lease_payload(record, now: datetime) -> dict | None:
+    """Who holds an open window and until when (:meth:`~airflow_cdc.state.records.WindowRecord.
+    lease_at`): while ``live``, no other run may plan the window and the stream's next window
+    waits for it; an expired lease is taken over by the window's next plan. None once no step
+    of the window needs a lease (applied, complete, failed)."""
+    lease = record.lease_at(now) if record is not None else None
+    if lease is None:
+        return None
+    return {
+        "owner": lease.owner,
+        "run": _run(lease.dag_run),
+        "expires_at": _ts(lease.expires_at),
+        "live": lease.live,
+        "expires_in_seconds": (lease.expires_at - now).total_seconds(),
+    }
+
+
 def window_brief(record) -> dict | None:
     if record is None:
         return None
@@ -33,8 +50,8 @@ def window_brief(record) -> dict | None:
     }
 
 
-def stream_payload(health) -> dict:
-    """A row of the streams table."""
+def stream_payload(health, now: datetime) -> dict:
+    """A row of the streams table; ``lease`` is the newest window's (see :func:`lease_payload`)."""
     return {
         "stream_id": health.stream_id,
         "source_kind": health.source_kind,
@@ -42,6 +59,7 @@ def stream_payload(health) -> dict:
         "windows": health.windows,
         "windows_by_state": dict(health.windows_by_state),
         "newest_window": window_brief(health.newest),
+        "lease": lease_payload(health.newest, now),
         "last_complete_window": window_brief(health.last_complete),
         "freshness_seconds": health.freshness_seconds,
         "freshness": duration_text(health.freshness_seconds),
@@ -52,7 +70,7 @@ def stream_payload(health) -> dict:
     }
 
 
-def window_payload(window) -> dict:
+def window_payload(window, now: datetime) -> dict:
     """A row of a stream's windows table."""
     record = window.record
     return {
@@ -70,6 +88,7 @@ def window_payload(window) -> dict:
         "failure_reason": record.failure_reason,
         "completeness_note": record.completeness_note,
         "run": _run(window.run),
+        "lease": lease_payload(record, now),
     }
 
 

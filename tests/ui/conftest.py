@@ -29,6 +29,12 @@ def state_database():
     holding the demo-like streams; dropped after the module."""
     from .streams import build
 
+    yield from filled_database(build)
+
+
+def filled_database(build):
+    """The ``state_database`` fixture's body: a new database filled by ``build(url)``, dropped
+    after the module (a test module overrides ``state_database`` with its own streams)."""
     admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
     name = f"cdc_ui_{uuid.uuid4().hex[:12]}"
     try:

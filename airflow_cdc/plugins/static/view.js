@@ -69,6 +69,15 @@ function runLink(run) {
   return el("a", { href: href.toString(), target: "_top", title: `${run.dag_id} / ${run.run_id}`, text: run.run_id });
 }
 
+function leaseText(lease) {
+  // Who holds an open window: while live, no other run may plan it and the next window waits.
+  if (!lease) return null;
+  const holder = lease.run ? `${lease.run.dag_id} / ${lease.run.run_id}` : lease.owner;
+  return lease.live
+    ? `leased to ${holder} until ${ts(lease.expires_at)} UTC (in ${seconds(lease.expires_in_seconds)})`
+    : `lease of ${holder} expired at ${ts(lease.expires_at)} UTC: the window's next plan takes it over`;
+}
+
 function streamRow(stream) {
   const complete = stream.last_complete_window;
   const byState = Object.entries(stream.windows_by_state)
@@ -114,7 +123,8 @@ function windowRow(w) {
     el("td", { class: "num", text: w.delay }),
     el("td", {}, stepsCell(w.step_seconds)),
     el("td", { class: w.state === "FAILED" ? "reason failed" : "reason", text: reason || "" }),
-    el("td", {}, runLink(w.run)),
+    el("td", {}, runLink(w.run),
+      w.lease ? el("div", { class: w.lease.live ? "lease" : "lease dim", text: leaseText(w.lease) }) : null),
   );
 }
 
@@ -168,6 +178,7 @@ async function loadStream(streamId, append) {
     summaryItem("windows", String(s.windows)),
     summaryItem("live partitions", String(s.live_partitions)),
     summaryItem("lagging", String(s.lagging_partitions), s.lagging_partitions ? "warn" : ""),
+    ...(s.lease ? [summaryItem("newest window", leaseText(s.lease), s.lease.live ? "" : "warn")] : []),
   );
   const chartBase = `api/streams/${encodeURIComponent(streamId)}/chart`;
   const stamp = Date.now();
