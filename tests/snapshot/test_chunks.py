@@ -655,3 +655,12 @@ def test_a_plan_survives_json_exactly(db):
     assert [str(c.upper[0]) for c in back.chunks] == [str(c.upper[0]) for c in plan.chunks]
     assert str(back.max_key[0]) == "12.2500"
     assert back.max_key[1] == T0 + timedelta(microseconds=49) and back.max_key[1].tzinfo == UTC
+
+
+@pytest.mark.parametrize("kind", ["timestamp", "timestamptz"])
+def test_timestamp_literals_of_years_before_1000_round_trip_on_postgresql(postgresql_database, kind):
+    value = datetime(5, 3, 1, 12, 0, 0, 7, tzinfo=UTC if kind == "timestamptz" else None)
+
+    ((back,),) = postgresql_database.rows(f"SELECT {POSTGRESQL.literal(value, kind)}")
+
+    assert back == value

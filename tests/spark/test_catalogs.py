@@ -479,10 +479,18 @@ class CommandLineWatch(threading.Thread):
 @pytest.fixture
 def jdbc_catalog_on_postgres(tmp_path):
     """A JDBC catalog on the local PostgreSQL whose public conf names a role that does not
-    exist (trust auth accepts and ignores the canary password, but not an unknown role), its
-    rows removed from the database ``test`` afterwards."""
+    exist (trust auth accepts and ignores the canary password, but not an unknown role), in the
+    database ``test`` (created when missing: a fresh server has only ``postgres``), its rows
+    removed afterwards."""
     catalog = jdbc_catalog(tmp_path / "warehouse", name=f"canary_{uuid.uuid4().hex[:8]}",
                            user="no_such_role")
+    admin = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname="postgres")
+    admin.autocommit = True  # CREATE DATABASE runs outside a transaction
+    with admin.cursor() as cur:
+        cur.execute("SELECT 1 FROM pg_database WHERE datname = 'test'")
+        if cur.fetchone() is None:
+            cur.execute("CREATE DATABASE test")
+    admin.close()
     yield catalog
     with psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname="test") as conn:
         cur = conn.cursor()

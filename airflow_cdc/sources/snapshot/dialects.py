@@ -131,10 +131,10 @@ class Dialect:
         if kind == DATE:
             return f"DATE '{value.isoformat()}'"
         if kind == TIMESTAMP:
-            return f"TIMESTAMP '{value.strftime('%Y-%m-%d %H:%M:%S.%f')}'"
+            return f"TIMESTAMP '{_wall_clock_text(value)}'"
         if kind == TIMESTAMPTZ:
             if self.name == "postgresql":
-                return f"TIMESTAMPTZ '{value.strftime('%Y-%m-%d %H:%M:%S.%f')}+00:00'"
+                return f"TIMESTAMPTZ '{_wall_clock_text(value)}+00:00'"
             return f"FROM_UNIXTIME({epoch_text(value)})"
         return f"UUID '{value}'"  # typed_key_value refused UUID on MariaDB already
 
@@ -276,3 +276,9 @@ def from_epoch(seconds: Decimal | int) -> datetime:
     """Inverse of :func:`epoch_text` (MariaDB's ``UNIX_TIMESTAMP(col)`` of a TIMESTAMP column)."""
     micros = int(Decimal(seconds) * 1_000_000)
     return _EPOCH + timedelta(microseconds=micros)
+
+
+def _wall_clock_text(value) -> str:
+    """``YYYY-MM-DD HH:MM:SS.ffffff`` of ``value``'s wall clock, the year always four digits
+    (``strftime('%Y')`` writes year 5 as ``5``, which a database reads as another year)."""
+    return value.replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
