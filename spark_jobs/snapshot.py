@@ -75,6 +75,7 @@ from airflow_cdc.sources.debezium.watermarks import (
 )
 from airflow_cdc.sources.snapshot.chunks import ChunkPlan, plan_chunks
 from airflow_cdc.sources.snapshot.dialects import dialect_named
+from airflow_cdc.work_root import local_path
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,10 @@ def _path(uri: str) -> Path:
     if "://" in uri and not uri.startswith("file://"):
         raise SnapshotError(f"staging under {uri!r}: the parallel snapshot stages on a local or "
                             f"shared file system path only so far; give the sink a path")
-    return Path(uri.removeprefix("file://"))
+    try:
+        return local_path(uri)  # file:/x, file:///x and file://localhost/x are all /x
+    except ValueError as error:
+        raise SnapshotError(f"staging under {uri!r}: {error}") from None
 
 
 def write_whole(path: Path, text: str) -> None:
