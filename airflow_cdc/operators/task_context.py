@@ -1,8 +1,8 @@
 """What every CDC task, operator or sensor, takes from its Airflow run and gives back to it.
 
-The DAG run's window (from its data interval) and lease owner, what Airflow says of a lease holder's run,
-the window's small XCom summary, the progress mirror in ``task_state_store``, and whether a
-task defers by default. The protocol's operators and its gate sensor share these, so they
+The DAG run's window (from its data interval) and lease owner, what Airflow says of a lease
+holder's run and of this task in the previous run, the window's small XCom summary, the
+progress mirror in ``task_state_store``, and whether a task defers by default. The protocol's operators and its gate sensor share these, so they
 live below both: a sensor is an operator to Airflow (``BaseSensorOperator`` extends
 ``BaseOperator``), and this module is the part of ``operators/`` that sensors may import.
 """
@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from airflow.providers.common.compat.sdk import AirflowFailException, conf
@@ -67,6 +69,45 @@ def holder_run_state(context: Mapping[str, Any], owner: str | None) -> str | Non
     except Exception:  # noqa: BLE001 - unknown means "maybe running": keep the lease
         return None
     return None
+
+
+@dataclass(frozen=True)
+class PreviousRunTask:
+    """This task in the DAG run before this one: the run's id and data interval, and the
+    task's state there (``success``, ``failed``, ``running`` ...; None when it has none)."""
+
+    run_id: str
+    start: datetime
+    end: datetime
+    state: str | None
+
+
+def previous_run_task(context: Mapping[str, Any]) -> PreviousRunTask | None:
+    """This task in the DAG's previous run (by logical date), or None when there is no such
+    run, the run has no such task (a task added since) or Airflow cannot say (no task
+    instance, a run without a logical date). Asked through the Task SDK: tasks never read
+    Airflow's database."""
+    ti = context.get("ti")
+    if ti is None:
+        return None
+    try:
+        previous = ti.get_previous_dagrun()
+        if previous is None or previous.data_interval_end is None:
+            return None
+        states = ti.get_task_states(dag_id=previous.dag_id, run_ids=[previous.run_id],
+                                    task_ids=[ti.task_id])
+    except Exception:  # noqa: BLE001 - no answer: the state store's own order rules still hold
+        return None
+    in_run = (states or {}).get(previous.run_id) or {}
+    if ti.task_id not in in_run:
+        return None
+    state = in_run[ti.task_id]
+    return PreviousRunTask(
+        run_id=previous.run_id,
+        start=previous.data_interval_start,
+        end=previous.data_interval_end,
+        state=None if state is None else str(getattr(state, "value", state)).lower(),
+    )
 
 
 def mirror_task_progress(context: Mapping[str, Any], step: str, progress: Mapping) -> None:

@@ -256,6 +256,8 @@ class CdcPlanOperator(CdcWindowOperator):
         store = self.state_store()
         # A window planned before reads its recorded partitions: nothing new is looked for.
         planned = store.get_window(window.stream_id, window.start) is not None
+        if not planned and not store.newest_windows(window.stream_id, 1):
+            require_previous_interval_planned(context, window, self.task_id)
         found = Discovery() if planned else source.discover(window, now, hook)
         plan = self.open_window(context, store, window, lambda: plan_window(
             store,
@@ -340,6 +342,48 @@ class CdcPlanOperator(CdcWindowOperator):
             f"{self.wait_timeout:.0f}s: {reason}. The window stays unplanned (nothing is "
             f"skipped); clear the plan task to wait again, or fix the source"
         )
+
+
+# Task instance states of a task that may still succeed without anyone clearing it.
+UNFINISHED_TASK_STATES = frozenset({
+    None, "scheduled", "queued", "running", "deferred", "up_for_retry", "up_for_reschedule",
+    "restarting",
+})
+
+
+def require_previous_interval_planned(context, window: Window, task_id: str) -> None:
+    """A stream's first window may not leave the interval before it without a record.
+
+    The state store checks that every later window starts where the stream's latest one
+    ends, but it knows a stream only from its first plan: an interval whose plan failed
+    before that (its wait for evidence timed out, its source refused) left no row. So the
+    first window asks Airflow: when the DAG's previous run covers the interval that ends
+    where this window starts and its run of this plan task did not succeed, planning here
+    would start the stream after that interval and it would never get a window, gate or
+    Asset event: WindowOrderError names it and the fix. A previous plan that succeeded (the
+    stream was reset since) or a run without this task (a stream added since) is no gap.
+    """
+    from airflow_cdc.operators.task_context import previous_run_task
+    from airflow_cdc.state.errors import WindowOrderError
+
+    previous = previous_run_task(context)
+    if previous is None or previous.end != window.start or previous.state == "success":
+        return
+    interval = f"[{format_ts(previous.start)}, {format_ts(previous.end)})"
+    if previous.state in UNFINISHED_TASK_STATES:
+        fix = f"wait until it plans {interval}"
+    else:
+        fix = f"clear {task_id!r} of {previous.run_id!r} so it plans {interval} first"
+    raise WindowOrderError(
+        f"window {window.window_id} of {window.stream_id!r} would be the stream's first "
+        f"window, but the interval before it, {interval}, has no window: its plan task "
+        f"{task_id!r} in DAG run {previous.run_id!r} is {previous.state or 'not run yet'}, and "
+        f"planning this window first would leave {interval} without a record, gate or Asset "
+        f"event. {fix[0].upper()}{fix[1:]}; this window follows once that one commits (clear "
+        f"this plan task then, or let its retries run it). To start the stream at "
+        f"{format_ts(window.start)} on purpose and never read {interval}, mark that plan task "
+        f"success instead"
+    )
 
 
 # The fused job's record of its apply (spark_jobs/extract.py --apply-result), in the window folder.
