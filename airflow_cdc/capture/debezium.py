@@ -64,11 +64,29 @@ Property values may be JSON numbers or booleans; they are passed as text.
 
 Defaults added to the connector properties unless given: ``name``, the file offset store
 (``offset.storage``, ``offset.storage.file.filename``), ``offset.flush.interval.ms=1000``,
-a file schema history (``schema.history.internal*``, for MySQL-family connectors) and the
-converters' ``schemas.enable``.
+a file schema history (``schema.history.internal*``, for MySQL-family connectors), the
+converters' ``schemas.enable`` and, for PostgreSQL, the reselect post-processor (below).
 
 PostgreSQL needs ``wal_level=logical`` (``.ci/ensure-postgres`` sets it on the project's
 machines) and, for updates and deletes with the whole old row, ``REPLICA IDENTITY FULL``.
+
+**Unchanged TOASTed columns (PostgreSQL).** Under ``REPLICA IDENTITY DEFAULT`` the WAL record
+of an update leaves out a TOASTed (large, stored out of line) value the update did not change,
+and Debezium writes its unavailable-value placeholder there: the update is a partial image,
+which only a row the target already holds can complete. Debezium's incremental snapshot
+leaves out the READ row of every key changed inside its chunk window, so such a key would
+reach the pipeline with partial images only, and the apply dead-letters it ("partial update
+... for a key that target ... does not hold"); the missing values are in the database alone,
+so no re-run of a window can supply them. A PostgreSQL connector therefore runs Debezium's
+``ReselectColumnsPostProcessor`` unless ``post.processors`` is given
+(:data:`RESELECT_UNAVAILABLE_DEFAULTS`): for each change event holding the placeholder it
+selects the missing columns by primary key and the event becomes a full image. It reads the
+row as it is when the event is processed, which can be newer than the event; the newer value
+then comes with a later event of the key, so the target still ends at the table's state. A row
+already deleted by then keeps its placeholder (Debezium logs a warning), and its delete
+follows. The price is one query per such event. ``"post.processors": ""`` runs none; any
+other ``post.processors`` value is passed on as given (add ``reselector`` to it to keep this
+one), and ``reselector.*`` properties given override the defaults.
 """
 
 from __future__ import annotations
@@ -93,6 +111,16 @@ HEARTBEAT_TOPIC_PREFIX = "__debezium-heartbeat"
 _LOG_LEVELS = ("OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE", "ALL")
 # Connectors that keep a schema history (DDL) besides offsets.
 _HISTORY_CONNECTORS = ("mysql", "mariadb", "sqlserver", "oracle", "db2", "informix")
+# A PostgreSQL connector's post-processor, unless post.processors is given: update events
+# whose unchanged TOASTed columns hold the unavailable-value placeholder become full images
+# (see the module docstring). Null values are not re-selected: a NULL is a value the event
+# carries, and re-selecting every event with one would cost a query each.
+RESELECT_UNAVAILABLE_DEFAULTS = {
+    "post.processors": "reselector",
+    "reselector.type": "io.debezium.processors.reselect.ReselectColumnsPostProcessor",
+    "reselector.reselect.unavailable.values": "true",
+    "reselector.reselect.null.values": "false",
+}
 
 
 class CaptureError(CdcError, RuntimeError):
@@ -207,6 +235,12 @@ class CaptureConfig:
         schemas = "true" if self.schemas else "false"
         props.setdefault("key.converter.schemas.enable", schemas)
         props.setdefault("value.converter.schemas.enable", schemas)
+        if "post.processors" not in props:
+            if "postgres" in connector_class:
+                for key, value in RESELECT_UNAVAILABLE_DEFAULTS.items():
+                    props.setdefault(key, value)
+        elif not props["post.processors"].strip():
+            del props["post.processors"]  # "": none (Debezium would look for one named "")
         return props
 
 
