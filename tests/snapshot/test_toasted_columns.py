@@ -15,23 +15,15 @@ writer updating a plain column about 60 times a second for the length of the sna
 from __future__ import annotations
 
 import json
-import random
 import subprocess
 import sys
-import threading
 import time
-import uuid
-from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_cdc.model import Window
-from airflow_cdc.pipeline.protocol import StreamConfig, commit_window, plan_window
-from airflow_cdc.sources.registry import build_source
-from airflow_cdc.state import StateStore
-from spark_jobs import apply_job
-from spark_jobs.extract import extract_window
 from spark_jobs.snapshot import SnapshotSpec, run_snapshot
+from tests.snapshot.toasted import (Writer, apply_one_window, create_docs, differences, drop_database,
+                                    wait_for_heartbeat_after)
 
 # A capture, a snapshot job and a window: minutes on the shared two cores. The rule it proves
 # (a READ row kept under the partial images after it) is in make test as
@@ -44,83 +36,12 @@ PREFIX = "tsnap"
 KEYS = 120
 
 
-def execute(sql, dbname=DB, params=None):
-    import psycopg2
-
-    conn = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname=dbname)
-    conn.autocommit = True
-    try:
-        with conn.cursor() as cur:
-            cur.execute(sql, params)
-            return cur.fetchall() if cur.description else None
-    finally:
-        conn.close()
-
-
-def drop_everything():
-    execute(f"SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-            f"WHERE slot_name = '{SLOT}' AND NOT active", "postgres")
-    execute(f"DROP DATABASE IF EXISTS {DB} WITH (FORCE)", "postgres")
-
-
-def wait_for(check, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.3)
-    raise TimeoutError(what)
-
-
-def newest_heartbeat_ms(sink) -> int:
-    newest = 0
-    for path in sink.glob(f"topics/__debezium-heartbeat.{PREFIX}/partition=0/*.json"):
-        for line in path.read_text().splitlines():
-            value = json.loads(line)
-            newest = max(newest, int(value.get("payload", value)["ts_ms"]))
-    return newest
-
-
-class Writer(threading.Thread):
-    """Updates the plain column ``n`` of random keys (the body stays: a partial image each)."""
-
-    def __init__(self):
-        super().__init__(daemon=True)
-        self.stop = threading.Event()
-        self.updates = 0
-        self.error = None
-
-    def run(self):
-        import psycopg2
-
-        rng = random.Random(64)
-        conn = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname=DB)
-        conn.autocommit = True
-        try:
-            with conn.cursor() as cur:
-                while not self.stop.is_set():
-                    cur.execute("UPDATE docs SET n = n + 1 WHERE id = %s", (rng.randrange(KEYS),))
-                    self.updates += 1
-                    time.sleep(1 / 60)
-        except Exception as error:  # reported by the fixture
-            self.error = error
-        finally:
-            conn.close()
-
-
 @pytest.fixture(scope="module")
 def snapshotted(spark, tmp_path_factory):
     base = tmp_path_factory.mktemp("toast_snapshot")
     sink = base / "sink"
-    drop_everything()
-    execute(f"CREATE DATABASE {DB}", "postgres")
-    # md5 texts do not compress: each body is stored out of line (TOASTed).
-    execute(f"""
-        CREATE TABLE docs (id int PRIMARY KEY, n int NOT NULL, body text NOT NULL);
-        INSERT INTO docs SELECT g, 0, (SELECT string_agg(md5(g::text || '/' || i::text), '')
-                                       FROM generate_series(1, 320) i)
-            FROM generate_series(0, {KEYS - 1}) g;
-    """)
+    drop_database(DB, SLOT)
+    create_docs(DB, KEYS)
     config_path = base / "capture.json"
     config_path.write_text(json.dumps({
         "output": str(sink), "flush_size": 100, "rotate_interval_ms": 200,
@@ -131,6 +52,9 @@ def snapshotted(spark, tmp_path_factory):
             "table.include.list": "public.docs", "slot.name": SLOT,
             "publication.name": "cdc_tsnap_pub", "publication.autocreate.mode": "filtered",
             "heartbeat.interval.ms": 300, "snapshot.mode": "no_data",
+            # The partial images are the case: the capture's reselect post-processor (which
+            # would make them full images) is off.
+            "post.processors": "",
         },
     }))
     spec = SnapshotSpec(
@@ -138,62 +62,28 @@ def snapshotted(spark, tmp_path_factory):
         host="127.0.0.1", port=5432, database=DB, user="postgres",
         sink={"prefix": str(sink), "topic_prefix": PREFIX}, chunk_size=30, chunks_per_batch=2,
         watermark_timeout_seconds=120, poll_seconds=0.2)
-    writer = Writer()
+    writer = Writer(DB, KEYS)
     capture = subprocess.Popen(
         [sys.executable, "-m", "airflow_cdc.cli", "capture", "debezium", "--config",
          str(config_path), "--max-seconds", "300"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for(lambda: newest_heartbeat_ms(sink) > 0, 120, "the capture's first heartbeat")
+        wait_for_heartbeat_after(sink, PREFIX, 0)
         writer.start()
         summary = run_snapshot(spark, spec)
-        writer.stop.set()
-        writer.join()
-        assert writer.error is None, writer.error
-        done_at = int(time.time() * 1000)
-        wait_for(lambda: newest_heartbeat_ms(sink) > done_at + 1000, 120,
-                 "a heartbeat after the writer stopped")
+        writer.finish()
+        wait_for_heartbeat_after(sink, PREFIX, int(time.time() * 1000) + 1000)
     finally:
         writer.stop.set()
         capture.terminate()
         capture.wait(timeout=60)
     yield {"base": base, "sink": sink, "summary": summary, "updates": writer.updates}
-    drop_everything()
+    drop_database(DB, SLOT)
 
 
 @pytest.fixture(scope="module")
 def applied(snapshotted, spark):
-    base, sink = snapshotted["base"], snapshotted["sink"]
-    stream_id = f"tsnap_{uuid.uuid4().hex[:8]}"
-    store = StateStore(f"sqlite:///{base / 'state.db'}")
-    store.migrate()
-    config = StreamConfig.for_source("debezium", stream_id, {
-        "prefix": str(sink), "topic_prefix": PREFIX, "key_columns": {"public.docs": ["id"]},
-        "settings": {"flush_lateness_seconds": 1},
-    }, namespace=stream_id, work_root=str(base / "work"))
-    now = datetime.now(timezone.utc)
-    window = Window(stream_id, now - timedelta(hours=1), now)
-    source = build_source(config.source_spec)
-    found = source.discover(window, now, None)
-    plan = plan_window(store, config, window, "run", 600, source.initial_positions(window),
-                       "lake", new_partitions=found.partitions,
-                       plan_options=lambda kept, positions: source.plan_options(kept, now, None, positions))
-    extracted = extract_window(spark, plan, str(config.outcome_path(window)))
-    store.mark_extracted(window, "run", extracted["snapshot_id"])
-    commit_window(store, config, window, "run")
-    job = base / "apply.json"
-    job.write_text(json.dumps({
-        "catalog": "lake", "stream": stream_id, "window_id": window.window_id,
-        "changelog_table": config.changelog_table, "targets": {"namespace": f"{stream_id}_t"},
-    }))
-    outcome = apply_job.main(["--job-config", str(job)], spark=spark)
-    reasons = []
-    if outcome != 0:
-        reasons = [(r.reason[:160], r.n) for r in spark.sql(
-            f"SELECT reason, count(*) n FROM lake.{stream_id}_t.{stream_id}_dead_letters "
-            f"GROUP BY reason").collect()]
-    return {"outcome": outcome, "reasons": reasons, "changelog": f"lake.{config.changelog_table}",
-            "target": f"lake.{stream_id}_t.public_docs"}
+    return apply_one_window(spark, snapshotted["base"], snapshotted["sink"], PREFIX)
 
 
 def test_keys_updated_while_their_batch_was_read_were_updated_by_partial_images(snapshotted, applied, spark):
@@ -207,9 +97,4 @@ def test_keys_updated_while_their_batch_was_read_were_updated_by_partial_images(
 
 def test_target_equals_a_table_whose_toasted_rows_were_updated_during_the_parallel_snapshot(applied, spark):
     assert (applied["outcome"], applied["reasons"]) == (0, [])
-    expected = {i: (n, md5) for i, n, md5 in execute("SELECT id, n, md5(body) FROM docs")}
-    target = {r.id: (r.n, r.md5) for r in spark.sql(
-        f"SELECT id, n, md5(body) md5 FROM {applied['target']}").collect()}
-    differ = sorted(k for k in expected.keys() & target.keys() if expected[k] != target[k])[:5]
-    assert (sorted(set(expected) - set(target))[:5], sorted(set(target) - set(expected))[:5],
-            differ) == ([], [], [])
+    assert differences(spark, DB, applied["target"]) == ([], [], [])
