@@ -16,7 +16,6 @@ or the SQLite file in AIRFLOW_HOME). URLs are only ever printed without their pa
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path

@@ -257,7 +257,11 @@ class CdcPlanOperator(CdcWindowOperator):
         # A window planned before reads its recorded partitions: nothing new is looked for.
         planned = store.get_window(window.stream_id, window.start) is not None
         if not planned and not store.newest_windows(window.stream_id, 1):
-            require_previous_interval_planned(context, window, self.task_id)
+            reason = require_previous_interval_planned(context, window, self.task_id)
+            if reason is not None:  # the plan was asked before that interval's plan ended
+                from airflow_cdc.state.errors import WindowOrderError
+
+                raise WindowOrderError(f"window {window.window_id} of {window.stream_id!r}: {reason}")
         found = Discovery() if planned else source.discover(window, now, hook)
         plan = self.open_window(context, store, window, lambda: plan_window(
             store,
@@ -294,7 +298,7 @@ class CdcPlanOperator(CdcWindowOperator):
         probe = load_probe(*named)
         started = datetime.now(timezone.utc)
         deadline = started + timedelta(seconds=self.wait_timeout)
-        status = probe.check(started)
+        status = self._first_window_order(context, window, probe.check(started))
         while not status.ready:
             now = datetime.now(timezone.utc)
             if now >= deadline:
@@ -317,7 +321,7 @@ class CdcPlanOperator(CdcWindowOperator):
             if status.retry_at is not None:
                 pause = max(0.5, (status.retry_at - now).total_seconds())
             time.sleep(min(pause, max(0.5, (deadline - now).total_seconds())))
-            status = probe.check(datetime.now(timezone.utc))
+            status = self._first_window_order(context, window, probe.check(datetime.now(timezone.utc)))
         self.log.info("window %s can be planned: %s", window.window_id, status.reason)
         return self.plan(context, status.options)
 
@@ -331,8 +335,43 @@ class CdcPlanOperator(CdcWindowOperator):
             raise AirflowException(
                 event.get("message") or f"window {window.window_id}: unknown wait event {event!r}"
             )
+        waiting = self._first_window_order(context, window, None)
+        if waiting is not None:
+            # The source is ready but an earlier interval's plan still runs: wait for it here,
+            # then ask the probe again from the start.
+            from datetime import datetime, timedelta, timezone
+
+            from airflow.providers.standard.triggers.temporal import DateTimeTrigger
+
+            self.log.info("window %s waits: %s", window.window_id, waiting.reason)
+            self.defer(
+                trigger=DateTimeTrigger(
+                    moment=datetime.now(timezone.utc) + timedelta(seconds=self.wait_poke_interval)
+                ),
+                method_name="execute_again",
+            )
         self.log.info("window %s can be planned: %s", window.window_id, event.get("reason"))
         return self.plan(context, event.get("options"))
+
+    def execute_again(self, context, event: dict | None = None) -> dict:
+        """Resume after waiting on an earlier interval's plan: wait for the window as at first."""
+        return self.execute(context)
+
+    def _first_window_order(self, context, window: Window, status):
+        """``status`` (the probe's answer), or a not-ready answer while a stream's first window
+        must wait for the plan of the interval before it (:func:`require_previous_interval_planned`).
+        With ``status`` None, None when nothing is to wait for."""
+        if status is not None and not status.ready:
+            return status
+        store = self.state_store()
+        if store.get_window(window.stream_id, window.start) or store.newest_windows(window.stream_id, 1):
+            return status
+        reason = require_previous_interval_planned(context, window, self.task_id)
+        if reason is None:
+            return status
+        from airflow_cdc.model import Readiness
+
+        return Readiness(False, reason)
 
     def _wait_timed_out(self, window: Window, reason: str | None) -> None:
         from airflow.providers.common.compat.sdk import AirflowSensorTimeout
@@ -351,7 +390,7 @@ UNFINISHED_TASK_STATES = frozenset({
 })
 
 
-def require_previous_interval_planned(context, window: Window, task_id: str) -> None:
+def require_previous_interval_planned(context, window: Window, task_id: str) -> str | None:
     """A stream's first window may not leave the interval before it without a record.
 
     The state store checks that every later window starts where the stream's latest one
@@ -360,29 +399,34 @@ def require_previous_interval_planned(context, window: Window, task_id: str) -> 
     first window asks Airflow: when the DAG's previous run covers the interval that ends
     where this window starts and its run of this plan task did not succeed, planning here
     would start the stream after that interval and it would never get a window, gate or
-    Asset event: WindowOrderError names it and the fix. A previous plan that succeeded (the
-    stream was reset since) or a run without this task (a stream added since) is no gap.
+    Asset event. A previous plan that succeeded (the stream was reset since) or a run without
+    this task (a stream added since) is no gap.
+
+    Returns None when this window may be planned, the reason to wait while that plan is still
+    unfinished (with catchup, runs of past intervals become ready together); raises
+    WindowOrderError naming the interval and the fix when that plan ended without success.
     """
     from airflow_cdc.operators.task_context import previous_run_task
     from airflow_cdc.state.errors import WindowOrderError
 
     previous = previous_run_task(context)
     if previous is None or previous.end != window.start or previous.state == "success":
-        return
+        return None
     interval = f"[{format_ts(previous.start)}, {format_ts(previous.end)})"
     if previous.state in UNFINISHED_TASK_STATES:
-        fix = f"wait until it plans {interval}"
-    else:
-        fix = f"clear {task_id!r} of {previous.run_id!r} so it plans {interval} first"
+        return (
+            f"the stream's first window waits for the interval before it, {interval}: its plan "
+            f"task {task_id!r} in DAG run {previous.run_id!r} is {previous.state or 'not run yet'}"
+        )
     raise WindowOrderError(
         f"window {window.window_id} of {window.stream_id!r} would be the stream's first "
         f"window, but the interval before it, {interval}, has no window: its plan task "
-        f"{task_id!r} in DAG run {previous.run_id!r} is {previous.state or 'not run yet'}, and "
-        f"planning this window first would leave {interval} without a record, gate or Asset "
-        f"event. {fix[0].upper()}{fix[1:]}; this window follows once that one commits (clear "
-        f"this plan task then, or let its retries run it). To start the stream at "
-        f"{format_ts(window.start)} on purpose and never read {interval}, mark that plan task "
-        f"success instead"
+        f"{task_id!r} in DAG run {previous.run_id!r} is {previous.state}, and planning this "
+        f"window first would leave {interval} without a record, gate or Asset event. Clear "
+        f"{task_id!r} of {previous.run_id!r} so it plans {interval} first; this window follows "
+        f"once that one commits (clear this plan task then, or let its retries run it). To "
+        f"start the stream at {format_ts(window.start)} on purpose and never read {interval}, "
+        f"mark that plan task success instead"
     )
 
 

@@ -3,12 +3,13 @@ DAG run Airflow no longer has is taken over by the next run of the window, at on
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
+
+from tests.datastream.support import bundle_dag, dag_bundle_env
 
 WINDOW = timedelta(seconds=30)
 
@@ -48,36 +49,11 @@ with DAG("takeover", schedule=DeltaDataIntervalTimetable(timedelta(seconds=30)),
 
 @pytest.fixture
 def takeover_env(airflow_db, tmp_path, monkeypatch):
-    from airflow_cdc.state import StateStore
-
-    state_path = tmp_path / "cdc_state.db"
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_CDC_STATE_DEFAULT",
-        json.dumps({"conn_type": "cdc_state", "extra": {"path": str(state_path)}}),
-    )
-    monkeypatch.setenv("AIRFLOW_CDC_WORK_ROOT", str(tmp_path / "work"))
-    prefix = tmp_path / "landing"
-    prefix.mkdir()
-    monkeypatch.setenv("CDC_TEST_PREFIX", str(prefix))
-    bundle = tmp_path / "dags"
-    bundle.mkdir()
-    (bundle / "takeover_dags.py").write_text(TAKEOVER_DAGS)
-    local = "airflow.dag_processing.bundles.local.LocalDagBundle"
-    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", json.dumps([
-        {"name": "dags-folder", "classpath": local, "kwargs": {}},
-        {"name": "takeover-tests", "classpath": local, "kwargs": {"path": str(bundle)}},
-    ]))
-    store = StateStore(f"sqlite:///{state_path}")
-    store.migrate()
-    return {"prefix": prefix, "store": store, "bundle": bundle}
+    return dag_bundle_env(tmp_path, monkeypatch, "takeover-tests", TAKEOVER_DAGS)
 
 
 def takeover_dag(bundle):
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(str(bundle))
-    assert not bag.import_errors, bag.import_errors
-    return bag.dags["takeover"]
+    return bundle_dag(bundle, "takeover")
 
 
 def task_state(run, task_id: str) -> str:

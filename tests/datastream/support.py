@@ -165,3 +165,43 @@ def table_rows(spark, table: str, key: str = "id") -> dict:
     """{key: business columns} of a target table (without the _cdc_* columns)."""
     rows = [r.asDict() for r in spark.table(table).collect()]
     return {r[key]: {k: v for k, v in r.items() if not k.startswith("_cdc_")} for r in rows}
+
+
+def dag_bundle_env(tmp_path: Path, monkeypatch, bundle_name: str, dags_source: str) -> dict:
+    """Environment for a Datastream DAG run by ``dag.test``: the state store (SQLite) and work
+    root under ``tmp_path``, the landing prefix in ``$CDC_TEST_PREFIX``, and ``dags_source`` as
+    the file of a DAG bundle of its own (``dag.test`` serializes a DAG from its bundle).
+    ``{"prefix", "store", "bundle"}``."""
+    import json
+
+    from airflow_cdc.state import StateStore
+
+    state_path = tmp_path / "cdc_state.db"
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_CDC_STATE_DEFAULT",
+        json.dumps({"conn_type": "cdc_state", "extra": {"path": str(state_path)}}),
+    )
+    monkeypatch.setenv("AIRFLOW_CDC_WORK_ROOT", str(tmp_path / "work"))
+    prefix = tmp_path / "landing"
+    prefix.mkdir()
+    monkeypatch.setenv("CDC_TEST_PREFIX", str(prefix))
+    bundle = tmp_path / "dags"
+    bundle.mkdir()
+    (bundle / f"{bundle_name.replace('-', '_')}_dags.py").write_text(dags_source)
+    local = "airflow.dag_processing.bundles.local.LocalDagBundle"
+    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", json.dumps([
+        {"name": "dags-folder", "classpath": local, "kwargs": {}},
+        {"name": bundle_name, "classpath": local, "kwargs": {"path": str(bundle)}},
+    ]))
+    store = StateStore(f"sqlite:///{state_path}")
+    store.migrate()
+    return {"prefix": prefix, "store": store, "bundle": bundle}
+
+
+def bundle_dag(bundle: Path, dag_id: str):
+    """The DAG ``dag_id`` of a bundle folder, parsed as Airflow parses it (no import errors)."""
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(str(bundle))
+    assert not bag.import_errors, bag.import_errors
+    return bag.dags[dag_id]

@@ -3,7 +3,6 @@ the window's evidence, and it takes a window over from a DAG run that has finish
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -15,9 +14,8 @@ import pytest
 from airflow_cdc.model import PartitionPosition, Window
 from airflow_cdc.pipeline.protocol import StreamConfig
 from airflow_cdc.sources.datastream import PROGRESS_PARTITION
-from airflow_cdc.state import StateStore
 
-from .support import mysql
+from .support import bundle_dag, dag_bundle_env, mysql
 
 WINDOW = timedelta(seconds=30)
 
@@ -59,34 +57,11 @@ for dag_id in ("ds_wait", "ds_first", "ds_second", "ds_third"):
 
 @pytest.fixture
 def stream_env(airflow_db, tmp_path, monkeypatch):
-    state_path = tmp_path / "cdc_state.db"
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_CDC_STATE_DEFAULT",
-        json.dumps({"conn_type": "cdc_state", "extra": {"path": str(state_path)}}),
-    )
-    monkeypatch.setenv("AIRFLOW_CDC_WORK_ROOT", str(tmp_path / "work"))
-    prefix = tmp_path / "landing"
-    prefix.mkdir()
-    monkeypatch.setenv("CDC_TEST_PREFIX", str(prefix))
-    bundle = tmp_path / "dags"
-    bundle.mkdir()
-    (bundle / "plan_wait_dags.py").write_text(PLAN_DAGS)
-    local = "airflow.dag_processing.bundles.local.LocalDagBundle"
-    monkeypatch.setenv("AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST", json.dumps([
-        {"name": "dags-folder", "classpath": local, "kwargs": {}},
-        {"name": "plan-wait-tests", "classpath": local, "kwargs": {"path": str(bundle)}},
-    ]))
-    store = StateStore(f"sqlite:///{state_path}")
-    store.migrate()
-    return {"prefix": prefix, "store": store, "bundle": bundle}
+    return dag_bundle_env(tmp_path, monkeypatch, "plan-wait-tests", PLAN_DAGS)
 
 
 def plan_dag(dag_id: str, bundle: Path):
-    from airflow.dag_processing.dagbag import DagBag
-
-    bag = DagBag(str(bundle))
-    assert not bag.import_errors, bag.import_errors
-    return bag.dags[dag_id]
+    return bundle_dag(bundle, dag_id)
 
 
 def task_state(run, task_id: str) -> str:

@@ -27,7 +27,7 @@ import time
 import pytest
 
 from airflow_cdc.sources.debezium.signals import SnapshotSignal, send_signal
-from tests.snapshot.toasted import (Writer, apply_one_window, create_docs, differences, drop_database, execute,
+from tests.snapshot.toasted import (Writer, apply_one_window, create_docs, differences, drop_database,
                                     topic_values, wait_for, wait_for_heartbeat_after)
 
 # A capture, an incremental snapshot and a window: a minute or more on the shared two cores.
