@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.setup-done
-SYSTEM_JARS := /usr/share/java/jarjar.jar /usr/share/java/postgresql.jar /usr/share/java/sqlite-jdbc.jar /usr/share/java/mariadb-java-client.jar
+SYSTEM_JARS := /usr/share/java/postgresql.jar /usr/share/java/sqlite-jdbc.jar /usr/share/java/mariadb-java-client.jar
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
@@ -17,7 +17,9 @@ export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 # 3.3-4.0 s to import instead of 1.3 s, Airflow's models 3.9-4.5 s instead of 1.7-1.9 s.
 unexport PYTHONDONTWRITEBYTECODE
 
-## setup: venv with the pinned constraints, the package (editable), Debian jars, Iceberg jars,
+## setup: venv with the pinned constraints, the package (editable), Debian jars, the Iceberg
+## runtime for the venv's Spark in the jar folder (Apache Iceberg's jar, fetched once by Spark's
+## own resolver from Maven Central),
 ## and the Spark driver's class archive (airflow_cdc/spark/class_archive.py: each spark-submit
 ## about 1 s faster to start; built once, about 25 s; a failure only leaves it out).
 ## Packages are not byte-compiled at install: Python compiles the modules a run imports, once
@@ -32,7 +34,7 @@ $(STAMP): pyproject.toml constraints.txt | system-packages
 	$(PY) -m airflow_cdc.spark.class_archive
 	touch $@
 
-## system-packages: Java jars from Debian (jarjar for offline Iceberg, JDBC drivers: PostgreSQL
+## system-packages: Java jars from Debian (JDBC drivers: PostgreSQL
 ## and SQLite for catalogs and snapshots, MariaDB for snapshots) and a headless browser
 ## (chromium and chromium-driver: the UI view's tests and `make ui-screenshot`).
 system-packages:
@@ -41,7 +43,7 @@ system-packages:
 	if [ $$missing = 1 ]; then \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && \
-	  $$SUDO apt-get install -y -qq libjarjar-java libpostgresql-jdbc-java libxerial-sqlite-jdbc-java libmariadb-java; \
+	  $$SUDO apt-get install -y -qq libpostgresql-jdbc-java libxerial-sqlite-jdbc-java libmariadb-java; \
 	fi
 	@if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \

@@ -252,14 +252,13 @@ def doctor_report() -> tuple[list[str], list[str]]:
 
     from airflow_cdc import __version__
     from airflow_cdc.spark.environment import (
-        find_spark,
-        iceberg_runtime_package,
         SUPPORTED_JAVA,
+        find_spark,
         installed_version,
         java_in_use,
         pyspark_conflicts,
     )
-    from airflow_cdc.spark.iceberg import offline_runtime_available
+    from airflow_cdc.spark.iceberg import IcebergCatalog, ivy_dir, jars_cache_dir
 
     def version(name: str) -> str:
         return installed_version(name) or "not installed"
@@ -281,13 +280,16 @@ def doctor_report() -> tuple[list[str], list[str]]:
                      "IcebergCatalog(spark_version=...), or install 'airflow-cdc[spark]'")
     else:
         lines.append(f"spark: {spark.version} (Scala {spark.scala}) from {spark.found_by} {spark.home}")
-        if offline_runtime_available():
-            lines.append("iceberg runtime: offline jar from snowpark-connect-deps-iceberg")
+        try:
+            runtime_jars, packages = IcebergCatalog().runtime()
+        except (CdcError, ValueError) as error:
+            problems.append(str(error))
         else:
-            try:
-                lines.append(f"iceberg runtime: {iceberg_runtime_package(spark.version, spark.scala)} (Maven)")
-            except CdcError as error:
-                problems.append(str(error))
+            for jar in runtime_jars:
+                lines.append(f"iceberg: {jar} (from the jar folder {jars_cache_dir()})")
+            for package in packages:
+                lines.append(f"iceberg: {package} (resolved by Spark from Maven Central through "
+                             f"spark.jars.packages; Ivy cache {ivy_dir() or '~/.ivy2'})")
         java = java_in_use()
         if java is None:
             problems.append("Spark is installed but there is no Java (no JAVA_HOME, no java on "

@@ -11,27 +11,28 @@ Where the Iceberg runtime comes from (:meth:`IcebergCatalog.runtime`), first tha
 * ``spark_version`` given (the cluster's Spark, e.g. ``"3.5"`` on Dataproc 2.2): the runtime
   coordinate for that Spark (:func:`~airflow_cdc.spark.environment.iceberg_runtime_package`),
   resolved by the cluster from Maven.
-* a local pyspark with the runtime repack installed (the ``spark`` extra): offline, the
-  runtime jar shipped in the PyPI package
-  ``snowpark-connect-deps-iceberg`` plus a Jackson jar relocated into Iceberg's shaded
-  namespace, because that repack lacks it (``NoClassDefFoundError:
-  org/apache/iceberg/shaded/com/fasterxml/jackson/...``). The relocated jar is built once,
-  with Debian's jarjar, from the Jackson jars pyspark itself ships, and cached.
-* otherwise the coordinate for the Spark found on this machine (``$SPARK_HOME``); with no
-  Spark found, building a job's conf fails naming ``spark_version`` and ``packages``.
+* otherwise the coordinate for the Spark found on this machine (``$SPARK_HOME`` or pyspark),
+  plus the bundle its FileIO needs (``iceberg-gcp-bundle`` for ``GCSFileIO`` ...): each taken
+  from the jar folder (:func:`jars_cache_dir`) when it holds it, which is how air-gapped
+  workers run and what ``make setup`` fills with the machine's Maven client; the rest
+  resolved by Spark's own resolver from Maven Central (``spark.jars.packages``, cached in
+  ``spark.jars.ivy`` when ``$AIRFLOW_CDC_IVY_DIR`` places it). With no Spark found, building
+  a job's conf fails naming ``spark_version`` and ``packages``.
+
+These are Apache Iceberg's own jars as Maven Central serves them: the runtime shades what it
+needs (Jackson, HttpClient 5 for REST catalogs), so no jar is rebuilt here.
 
 No pyspark import at module level: Airflow-side code imports this to build job specs.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
-import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib.util import find_spec
@@ -41,7 +42,6 @@ from typing import Any
 from airflow_cdc.model import CdcError, validate_identifier
 from airflow_cdc.work_root import refuse_half_uri
 
-JARJAR = Path("/usr/share/java/jarjar.jar")
 JDBC_DRIVER_JARS = {
     "postgresql": Path("/usr/share/java/postgresql.jar"),
     "sqlite": Path("/usr/share/java/sqlite-jdbc.jar"),
@@ -53,143 +53,133 @@ JDBC_DRIVER_PACKAGES = {
     "sqlite": "libxerial-sqlite-jdbc-java",
     "mariadb": "libmariadb-java",
 }
-_JACKSON_RULE = "rule com.fasterxml.jackson.** org.apache.iceberg.shaded.com.fasterxml.jackson.@1\n"
-_JACKSON_JARS = ("jackson-annotations", "jackson-core", "jackson-databind")
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+JARS_DIR_ENV = "AIRFLOW_CDC_JARS_DIR"
+IVY_DIR_ENV = "AIRFLOW_CDC_IVY_DIR"
 
 
 class IcebergProvisioningError(CdcError):
-    """The offline Iceberg jars cannot be found or built."""
+    """The Iceberg jars cannot be found or fetched."""
 
 
 def jars_cache_dir() -> Path:
-    """Where provisioned jars live: ``$AIRFLOW_CDC_JARS_DIR`` or ``~/.cache/airflow-cdc/jars``."""
-    configured = os.environ.get("AIRFLOW_CDC_JARS_DIR")
+    """The folder of jars a Spark here takes instead of resolving Maven coordinates (air-gapped
+    workers; what ``make setup`` fills): ``$AIRFLOW_CDC_JARS_DIR``, else
+    ``~/.cache/airflow-cdc/jars``."""
+    configured = os.environ.get(JARS_DIR_ENV)
     return Path(configured) if configured else Path.home() / ".cache" / "airflow-cdc" / "jars"
 
 
-def _pyspark_home() -> Path:
-    import importlib.util
+def ivy_dir() -> str | None:
+    """Where Spark's own resolver keeps what it fetches (``spark.jars.ivy``):
+    ``$AIRFLOW_CDC_IVY_DIR`` when set (a folder workers share or an image bakes), else Spark's
+    default (``~/.ivy2``)."""
+    return os.environ.get(IVY_DIR_ENV) or None
 
-    spec = importlib.util.find_spec("pyspark")
-    if spec is None or spec.origin is None:
-        raise IcebergProvisioningError(
-            "pyspark is not installed in this interpreter: the offline Iceberg jars are built "
-            "from its Jackson jars. Install pyspark (make setup) or pass packages=[...]"
+
+def jar_file_name(coordinate: str) -> str:
+    """The file Maven names an artifact by: ``group:artifact:version[:classifier]`` ->
+    ``artifact-version[-classifier].jar``."""
+    parts = coordinate.split(":")
+    if len(parts) not in (3, 4) or not all(parts):
+        raise ValueError(
+            f"Maven coordinate {coordinate!r} is not group:artifact:version[:classifier], "
+            f"e.g. 'org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2'"
         )
-    return Path(spec.origin).parent
+    _, artifact, version, *classifier = parts
+    return f"{artifact}-{version}{''.join('-' + c for c in classifier)}.jar"
 
 
-def _spark_and_scala_version() -> tuple[str, str]:
-    from airflow_cdc.spark.environment import find_spark
+def offline_jar(coordinate: str, folder: Path | None = None) -> Path | None:
+    """The jar of ``coordinate`` in the jar folder, or None when the folder lacks it."""
+    path = (folder or jars_cache_dir()) / jar_file_name(coordinate)
+    return path if path.is_file() else None
 
-    _pyspark_home()  # names the fix when pyspark is missing
+
+def local_runtime_package() -> str:
+    """The Iceberg runtime coordinate for this interpreter's pyspark (what ``make setup``
+    fetches)."""
+    from airflow_cdc.spark.environment import find_spark, iceberg_runtime_package
+
     found = find_spark({})  # this interpreter's pyspark, whatever SPARK_HOME says
     if found is None:
         raise IcebergProvisioningError(
-            "this interpreter's pyspark carries no Spark (pyspark-client?): install "
-            "'airflow-cdc[spark]' or pass packages=[...]"
+            "this interpreter has no pyspark with a Spark in it: install 'airflow-cdc[spark]', "
+            "or give the catalog spark_version=... or packages=[...] for a cluster's Spark"
         )
-    return found.minor, found.scala
-
-
-def _java() -> str:
-    from airflow_cdc.spark.environment import java_home
-
-    home = java_home() or os.environ.get("JAVA_HOME")
-    return str(Path(home) / "bin" / "java") if home else "java"
+    return iceberg_runtime_package(found.version, found.scala)
 
 
 def offline_runtime_available() -> bool:
-    """Whether this machine can give Spark the Iceberg runtime without Maven: a local pyspark,
-    the PyPI repack of the runtime jar for its Spark (the ``spark`` extra), and the relocated
-    Jackson jar built already or Debian's jarjar to build it."""
-    if find_spec("snowpark_connect_deps_iceberg") is None:
-        return False
-    if not JARJAR.exists() and not any(jars_cache_dir().glob("iceberg-shaded-jackson-*.jar")):
+    """Whether the jar folder holds the Iceberg runtime for the Spark found here, so a local
+    Spark starts without resolving anything."""
+    from airflow_cdc.spark.environment import find_spark, iceberg_runtime_package
+
+    found = find_spark()
+    if found is None:
         return False
     try:
-        iceberg_runtime_jar()
-    except IcebergProvisioningError:
+        return offline_jar(iceberg_runtime_package(found.version, found.scala)) is not None
+    except CdcError:
         return False
-    return True
 
 
-def iceberg_runtime_jar() -> Path:
-    """The Iceberg Spark runtime jar matching the installed pyspark, from PyPI's repack."""
-    import importlib.util
+def fetch_jars(coordinates: list[str] | tuple[str, ...], folder: Path | None = None) -> list[Path]:
+    """Put the jars of ``coordinates`` into ``folder`` (the jar folder by default), skipping
+    those already there; their paths, in order. Idempotent.
 
-    spark, scala = _spark_and_scala_version()
-    spec = importlib.util.find_spec("snowpark_connect_deps_iceberg")
-    if spec is None or not spec.submodule_search_locations:
+    They are fetched the way a Spark user gets them: a local Spark started once with
+    ``spark.jars.packages`` (Spark's own resolver, from Maven Central) and a throwaway Ivy
+    cache, whose retrieved jars are then copied in. Iceberg's runtimes and bundles are shaded
+    jars without dependencies, so each coordinate is one file. Each jar lands under a
+    temporary name and is renamed, so a concurrent reader never sees a partial jar.
+    """
+    from airflow_cdc.spark.environment import with_java
+
+    folder = folder or jars_cache_dir()
+    paths = [folder / jar_file_name(c) for c in coordinates]
+    missing = [c for c, p in zip(coordinates, paths) if not p.is_file()]
+    if not missing:
+        return paths
+    if find_spec("pyspark") is None:
         raise IcebergProvisioningError(
-            "package snowpark-connect-deps-iceberg is not installed: it carries the Iceberg "
-            "runtime jar used offline. Run `make setup`, or pass "
-            "packages=['org.apache.iceberg:iceberg-spark-runtime-<spark>_<scala>:<version>']"
+            f"the jar folder {folder} lacks {[jar_file_name(c) for c in missing]} and this "
+            f"interpreter has no pyspark to fetch them with: install 'airflow-cdc[spark]', copy "
+            f"the jars there, or leave the folder out so Spark resolves them itself"
         )
-    jars_dir = Path(list(spec.submodule_search_locations)[0]) / "jars"
-    found = sorted(jars_dir.glob(f"iceberg-spark-runtime-{spark}_{scala}-*.jar"))
-    if not found:
-        raise IcebergProvisioningError(
-            f"no iceberg-spark-runtime jar for Spark {spark} / Scala {scala} in {jars_dir}: "
-            f"install a matching snowpark-connect-deps-iceberg or pass packages=[...]"
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="cdc-ivy-") as ivy:
+        script = (
+            "import sys\n"
+            "from pyspark.sql import SparkSession\n"
+            "SparkSession.builder.master('local[1]').config('spark.ui.enabled', 'false')"
+            ".config('spark.jars.packages', sys.argv[1]).config('spark.jars.ivy', sys.argv[2])"
+            ".getOrCreate().stop()\n"
         )
-    return found[-1]
-
-
-def relocated_jackson_jar() -> Path:
-    """Build (once) pyspark's Jackson relocated into Iceberg's shaded package; return its path."""
-    pyspark_jars = _pyspark_home() / "jars"
-    sources = []
-    for name in _JACKSON_JARS:
-        match = sorted(pyspark_jars.glob(f"{name}-2*.jar"))
-        if not match:
-            raise IcebergProvisioningError(f"{name} jar not found in {pyspark_jars}")
-        sources.append(match[-1])
-    digest = hashlib.sha256("|".join(p.name for p in sources).encode()).hexdigest()[:12]
-    target = jars_cache_dir() / f"iceberg-shaded-jackson-{digest}.jar"
-    if target.exists():
-        return target
-    if not JARJAR.exists():
-        raise IcebergProvisioningError(
-            f"{JARJAR} is missing: install Debian's libjarjar-java (make setup does), "
-            f"or pass packages=[...] to use Maven coordinates instead of the offline jars"
-        )
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="cdc-jackson-") as tmp:
-        merged = Path(tmp) / "jackson.jar"
-        seen: set[str] = set()
-        with zipfile.ZipFile(merged, "w", zipfile.ZIP_DEFLATED) as out:
-            for source in sources:
-                with zipfile.ZipFile(source) as jar:
-                    for entry in jar.infolist():
-                        if entry.filename.startswith("META-INF/") or entry.filename in seen:
-                            continue
-                        seen.add(entry.filename)
-                        out.writestr(entry, jar.read(entry.filename))
-        rules = Path(tmp) / "rules.txt"
-        rules.write_text(_JACKSON_RULE)
-        partial = Path(tmp) / "relocated.jar"
         proc = subprocess.run(
-            [_java(), "-jar", str(JARJAR), "process", str(rules), str(merged), str(partial)],
-            capture_output=True,
-            text=True,
+            [sys.executable, "-c", script, ",".join(missing), ivy],
+            capture_output=True, text=True, env=with_java(dict(os.environ)),
         )
-        if proc.returncode != 0 or not partial.exists():
-            raise IcebergProvisioningError(
-                f"jarjar failed to relocate Jackson (exit {proc.returncode}): {proc.stderr[-2000:]}"
-            )
-        # Write under a temporary name, then rename: concurrent provisioners never see a
-        # half-written jar.
-        staging = target.with_suffix(f".{os.getpid()}.tmp")
-        shutil.copyfile(partial, staging)
-        os.replace(staging, target)
-    return target
+        for coordinate in missing:
+            group, artifact, version, *classifier = coordinate.split(":")
+            suffix = "".join("-" + c for c in classifier)
+            retrieved = Path(ivy, "jars", f"{group}_{artifact}-{version}{suffix}.jar")
+            if not retrieved.is_file():
+                raise IcebergProvisioningError(
+                    f"Spark could not fetch {coordinate} from Maven Central into {folder} "
+                    f"(exit {proc.returncode}): {(proc.stdout + proc.stderr)[-2000:]}"
+                )
+            staging = folder / f".{jar_file_name(coordinate)}.{os.getpid()}.partial"
+            shutil.copyfile(retrieved, staging)
+            os.replace(staging, folder / jar_file_name(coordinate))
+    return paths
 
 
-def provision_iceberg_jars() -> list[str]:
-    """The jars an offline Spark needs for Iceberg; builds what is missing. Idempotent."""
-    return [str(iceberg_runtime_jar()), str(relocated_jackson_jar())]
+def provision_iceberg_jars(bundles: tuple[str, ...] = ()) -> list[str]:
+    """Fill the jar folder with the Iceberg runtime for this interpreter's pyspark (and the
+    named Iceberg bundles, e.g. ``iceberg-gcp-bundle``); their paths. What ``make setup`` runs."""
+    coordinates = [local_runtime_package(), *(f"org.apache.iceberg:{b}:{_iceberg_version()}" for b in bundles)]
+    return [str(p) for p in fetch_jars(coordinates)]
 
 
 KINDS = ("hadoop", "jdbc", "rest", "hive")
@@ -429,18 +419,6 @@ class IcebergCatalog:
             return [], tuple(self.packages)
         if self.spark_version:
             return [], (iceberg_runtime_package(self.spark_version), *self._file_io_bundles())
-        if offline_runtime_available():
-            if self.kind == "rest":
-                raise IcebergProvisioningError(
-                    f"REST catalog {self.name!r} cannot run on the offline Iceberg runtime of "
-                    f"this machine: that jar (PyPI's snowpark-connect-deps-iceberg) lacks the "
-                    f"relocated Apache HttpClient 5 (org.apache.iceberg.shaded.org.apache.hc."
-                    f"client5) the REST client needs. Give the Spark the jobs run on, e.g. "
-                    f"spark_version='3.5' (Dataproc 2.2), so Spark resolves the official runtime "
-                    f"from Maven, or packages=['org.apache.iceberg:iceberg-spark-runtime-3.5_2.12"
-                    f":{_iceberg_version()}']"
-                )
-            return provision_iceberg_jars(), ()
         found = find_spark()
         if found is None:
             raise IcebergProvisioningError(
@@ -449,7 +427,12 @@ class IcebergCatalog:
                 f"e.g. IcebergCatalog(spark_version='3.5'), or packages=[...]; or install "
                 f"'airflow-cdc[spark]' to run Spark on this machine"
             )
-        return [], (iceberg_runtime_package(found.version, found.scala), *self._file_io_bundles())
+        coordinates = (iceberg_runtime_package(found.version, found.scala), *self._file_io_bundles())
+        local = {c: offline_jar(c) for c in coordinates}
+        return (
+            [str(path) for path in local.values() if path is not None],
+            tuple(c for c, path in local.items() if path is None),
+        )
 
     def _file_io_bundles(self) -> tuple[str, ...]:
         bundle = FILE_IO_BUNDLES.get(self.io_impl or "")
@@ -542,6 +525,8 @@ class IcebergCatalog:
             conf["spark.jars"] = ",".join(jars)
         if packages:
             conf["spark.jars.packages"] = ",".join(packages)
+            if ivy_dir():
+                conf["spark.jars.ivy"] = str(ivy_dir())
         return conf
 
     def table(self, namespace: str, name: str) -> str:
@@ -616,6 +601,6 @@ def local_session(
     return session
 
 
-if __name__ == "__main__":  # `python -m airflow_cdc.spark.iceberg`: provisioning for make setup
-    for jar in provision_iceberg_jars():
+if __name__ == "__main__":  # `python -m airflow_cdc.spark.iceberg [bundle ...]`: make setup's jars
+    for jar in provision_iceberg_jars(tuple(sys.argv[1:])):
         print(jar)

@@ -23,11 +23,7 @@ import psycopg2
 import pytest
 
 from airflow_cdc.hooks.iceberg_catalog import IcebergCatalogConnectionError, IcebergCatalogHook
-from airflow_cdc.spark.iceberg import (
-    IcebergCatalog,
-    IcebergProvisioningError,
-    offline_runtime_available,
-)
+from airflow_cdc.spark.iceberg import IcebergCatalog
 from airflow_cdc.spark.job import (
     SECRET_CONF_FILE_KEY,
     SparkJobSpec,
@@ -41,8 +37,7 @@ from .support import TEST_SPARK_CONF, change_rows, window, write_change_rows
 
 CATALOG = "spark.sql.catalog.lake"
 EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
-# The catalogs below resolve the Iceberg runtime from Maven on the cluster (spark_version):
-# the REST client is not in this machine's offline runtime.
+# The catalogs below run on a cluster whose Spark resolves the Iceberg runtime (spark_version).
 ON_CLUSTER = {"spark_version": "3.5"}
 
 
@@ -185,14 +180,14 @@ def test_hive_catalog_conf_has_the_properties_icebergs_spark_documentation_gives
     }
 
 
-@pytest.mark.skipif(not offline_runtime_available(), reason="no offline Iceberg runtime here")
-def test_rest_catalog_on_the_offline_runtime_names_the_missing_httpclient5_and_the_fix():
+def test_a_rest_catalog_runs_on_the_local_runtime_from_the_jar_folder():
     catalog = IcebergCatalog.rest("http://localhost:8181/api/catalog", flavor="polaris",
                                   warehouse="quickstart_catalog")
 
-    with pytest.raises(IcebergProvisioningError,
-                       match=r"HttpClient 5.*spark_version='3.5'.*packages="):
-        catalog.spark_conf()
+    conf = catalog.spark_conf()
+
+    assert "iceberg-spark-runtime-3.5_2.12-" in conf["spark.jars"]
+    assert conf[f"{CATALOG}.type"] == "rest"
 
 
 def test_polaris_warehouse_given_as_a_path_is_refused_asking_for_the_catalogs_name():

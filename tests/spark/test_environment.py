@@ -60,9 +60,6 @@ def test_a_catalog_for_a_cluster_names_the_runtime_of_the_clusters_spark():
 
 
 def test_a_catalog_with_no_spark_to_choose_for_names_the_fix(monkeypatch):
-    import airflow_cdc.spark.iceberg as iceberg
-
-    monkeypatch.setattr(iceberg, "offline_runtime_available", lambda: False)
     monkeypatch.setattr("airflow_cdc.spark.environment.find_spark", lambda: None)
 
     with pytest.raises(IcebergProvisioningError, match=r"no Spark was found here .*IcebergCatalog\(spark_version='3.5'\)"):
