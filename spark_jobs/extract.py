@@ -27,8 +27,8 @@ Procedure (ARCHITECTURE.md, window protocol step 2), the same for every source:
    :mod:`spark_jobs.changelog_files`); the commit lists them.
 6. With ``--apply-config``: apply the window in the same Spark application (the apply job
    with this session, :func:`apply_in_same_application`), so the apply task starts no Spark
-   (a performance strategy: saves one Spark application per window, 75.2 s -> 61.6 s for a
-   window of 931 changes in one run of ``bench/window.py --baseline``).
+   (a performance strategy: saves one Spark application per window; ``bench/window.py``
+   shows it, figures in docs/performance.md).
 """
 
 from __future__ import annotations
@@ -426,8 +426,8 @@ def check_transactions_on_driver(tallies, window, outcomes) -> int:
 
     A performance strategy. Saves: the executors' check is a shuffle (a job of two stages)
     whose fixed cost a small window pays in full; collecting a few thousand tallies costs one
-    stage over the cached reads (1.3-1.4 s -> 1.0 s for a window of 918 changes in a warm
-    driver, cProfile of the driver in bench/window.py). The bound keeps the driver's memory
+    stage over the cached reads (a profile of the driver in bench/window.py; figures in
+    docs/performance.md). The bound keeps the driver's memory
     independent of the window.
     """
     return len(check_transactions(_as_tallies(tallies), window, outcomes))

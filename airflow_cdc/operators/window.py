@@ -660,12 +660,12 @@ class CdcExtractOperator(CdcSparkOperator):
     * ``fused_apply`` (the apply task's :class:`ApplySettings`): the same Spark application
       then applies the window (``spark_jobs/extract.py --apply-config``), and the apply task
       only records it (:func:`fused_apply_result`). Saves one Spark application per window
-      (a JVM, a SparkSession, the catalog): 75.2 s -> 61.6 s for a window of 931 changes in
-      one run of ``bench/window.py --baseline``.
+      (a JVM, a SparkSession, the catalog); ``bench/window.py`` shows it (figures in
+      docs/performance.md).
     * ``empty_window_probe_limit``: a window of a source that can prove it empty
       (:mod:`airflow_cdc.pipeline.empty_window`) is read here first when the previous
       window recorded at most this many changes (-1: never); an empty one starts no Spark
-      (41.1 s -> 3.0 s for a window of 0 changes, the same run).
+      (``bench/window.py``'s empty window).
     """
 
     def __init__(

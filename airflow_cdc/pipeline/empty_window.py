@@ -1,8 +1,8 @@
 """The empty-window rule: a window its source proves empty is extracted and applied without Spark.
 
 A performance strategy (issue 27). Saves both Spark applications of an empty window (each a
-JVM, a SparkSession and the Iceberg catalog): 41.1 s -> 3.0 s for a window of 0 changes, in
-one run of ``bench/window.py --baseline`` (ratio to one bare spark-submit 5.37 -> 0.32).
+JVM, a SparkSession and the Iceberg catalog); ``bench/window.py``'s empty window shows it
+(figures in docs/performance.md).
 
 Most windows of a quiet stream hold no change at all, yet each paid two Spark applications
 to learn it. The extract task (:class:`~airflow_cdc.operators.window.CdcExtractOperator`)

@@ -252,7 +252,7 @@ def drop_seen_event_ids(spark, table: str, stream: str, frame):
     # The shuffles below leave spark.sql.shuffle.partitions partitions (200 by default, and
     # adaptive execution does not merge those of a plan the extract caches): every later
     # stage ran 200 tasks and the commit wrote 200 files. The result keeps the partitions it
-    # came in (Datastream, 100,000 events: the extract job 28.9 s -> 21.0 s).
+    # came in (bench/extract.py --source datastream; figures in docs/performance.md).
     partitions = frame.rdd.getNumPartitions()
     # Repeats within the window (a restart's copies read with their originals): one each.
     read, frame = frame, without_repeats(spark, frame)
@@ -269,8 +269,8 @@ def drop_seen_event_ids(spark, table: str, stream: str, frame):
         frame = without_seen(spark, frame, seen)
     # The read's own frame when nothing was dropped: the extract then keeps the rows it read
     # cached once, instead of caching a copy of them too (a coalesce of the same partitions
-    # is another frame). Saves: Datastream, 100,000 events, a first window, three alternated
-    # runs each: the extract job 16.3 s -> 15.4 s (medians).
+    # is another frame). Saves a second cache of the read (bench/extract.py --source
+    # datastream, a first window; figures in docs/performance.md).
     return read if frame is read else frame.coalesce(partitions)
 
 
@@ -283,9 +283,8 @@ def without_seen(spark, frame, seen):
     kept already), though a window rarely holds an event the changelog has: now those events'
     ids are found first (a semi join; at most :data:`REPEATED_IDS_COLLECTED` come to the
     driver), and only a window that has some drops them (the ids broadcast, or, when there
-    are more, an anti join with ``seen``). A later Datastream window of 100,000 events (the
-    changelog holding the one before), alternated runs: the extract job 16.3 s -> 15.6 s
-    (medians of five and four; job logs: 6 s -> 5 s after the read).
+    are more, an anti join with ``seen``). ``bench/extract.py --source datastream`` on a later
+    window shows it (figures in docs/performance.md).
     """
     found = frame.select("event_id").join(seen, "event_id", "left_semi").distinct()
     dropped = _listed_ids(spark, found)
@@ -310,8 +309,7 @@ def without_repeats(spark, frame):
     and sort of whole change rows) ran for every window, though most have no repeat. Now the
     repeated ids are found by a hash aggregate of the ids alone, and only their rows are
     ranked (both joins with the ids broadcast). ``bench/extract.py --source datastream``
-    (100,000 events, no repeats), three pairs: the extract job 25.5, 26.0, 24.3 s -> 22.2, 20.7,
-    28.5 s (the last pair's read stage 1.4 s slower); the job after its read 12 s -> 9 s.
+    shows it (figures in docs/performance.md).
     """
     from pyspark.sql import functions as F
 

@@ -9,7 +9,7 @@ field ids, one file per day of ``commit_ts`` per task, the table being partition
 column declarations (:data:`~airflow_cdc.sources.read_frame.FILES` rows). The driver commits
 the files in the window's one tagged commit (``spark_jobs/changelog_files.py``): what Spark
 did with the rows (about 25 µs of JVM CPU per change) and the commit's write job are gone.
-Saves: 99.7 s -> 89.9-93.1 s for the 1M-change extract (``spark_jobs/changelog_files.py``).
+Saves: the 1M-change extract of ``bench/extract.py --full`` shows it (figures in docs/performance.md).
 
 Files a read writes and no commit takes (a failed or orphaned job, a lost race) are never
 part of the table: Iceberg reads only what a commit lists; ``remove_orphan_files`` removes

@@ -29,10 +29,8 @@ transaction check, the rows for the changelog commit, the dead letters.
 A performance strategy. It replaced an RDD of one pickled tuple per partition (outcome,
 tallies, rows, dead letters): every later pass unpickled each partition's tuple whole in a
 Python worker, and ``createDataFrame`` then checked and converted every row in Python and
-again in the JVM. Saves: the extract of 1,001,088 changes over 16 partitions of ``bench/extract.py
---full`` took 131 s instead of 187 s (with the Spanner reader's protobuf decoding, which
-accounts for part of the read stage's 122 s -> 98 s): its transaction check took 3.3 s
-instead of 14.3 s, and its rows' conversion (25.9 s) is gone.
+again in the JVM. Saves that per-row conversion and most of the transaction check
+(``bench/extract.py --full``; figures in docs/performance.md).
 """
 
 from __future__ import annotations

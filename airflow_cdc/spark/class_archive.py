@@ -5,10 +5,9 @@ thousands of classes of Spark, Scala and Iceberg before its first job. Java 17 c
 classes a JVM loaded to an archive at its exit (``-XX:ArchiveClassesAtExit``) and map that
 archive into later JVMs (``-XX:SharedArchiveFile``), which then skip parsing and verifying
 them (an empty application's driver takes about 5,700 classes from it, ``-Xlog:class+load``).
-Saves: a bare spark-submit of an empty PySpark application with the pipeline's Iceberg
-configuration (``bench/window.py``'s floor), four paired runs on 2 cores: 3.77-3.88 s ->
-2.73-2.86 s; the extract job of ``bench/extract.py --full``: 78.7-80.0 s -> 73.7-75.7 s
-(2026-12-03). Every spark-submit of a window pays its start once.
+Saves: part of the start of every spark-submit (``bench/window.py``'s floor and
+``bench/extract.py --full``; figures in docs/performance.md). Every spark-submit of a window
+pays its start once.
 
 The archive is built by ``python -m airflow_cdc.spark.class_archive`` (``make setup`` runs it;
 a deployment image runs it once at build time), from a small job that opens the Iceberg

@@ -76,13 +76,12 @@ _LAUNCH_ENV_SUFFIXES = ("_EMULATOR_HOST",)
 # - every SQL shuffle map task writes one sorted file instead of a file per partition (the
 #   "bypass" writer, which Spark picks for up to 200 partitions: the default number): a small
 #   window's shuffles are many tiny map tasks, each of which created and concatenated 200
-#   files; median window of 918 changes 12.2 s -> 10.6 s (bench/window.py, same machine).
+#   files (bench/window.py; figures in docs/performance.md).
 #   Large shuffles take this writer anyway (more than 200 partitions).
 # - Spark keeps 1,000 compiled classes, not its default 100: a window's jobs (three tables)
 #   compile about 194 distinct classes, so the default cache evicted them between windows and
-#   every window compiled all of its code again (2.4-2.8 s of compilation per window; now
-#   2 classes, 10-17 ms, from the third window on). Window of about 950 changes, paired
-#   bench/window.py runs (5 measured windows each): 7.86 s -> 6.54 s (ratio 1.67 -> 1.40).
+#   every window compiled all of its code again; now only the first windows compile
+#   (bench/window.py; figures in docs/performance.md).
 WARM_DRIVER_CONF = {
     "spark.shuffle.sort.bypassMergeThreshold": "0",
     **CODEGEN_CACHE_CONF,

@@ -513,18 +513,13 @@ def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
     be two (Spark plans a partial and a final sort-based aggregate for it). Equal ordering
     keys are clashes, reported above, so the order within a key is never arbitrary.
 
-    Measured and not taken (bench/apply.py, 1M changes; the two windows' fold stages in
-    task seconds): a ``GROUP BY __key`` of ``max_by`` structs instead of this pass, 5.75 s
-    and 6.04 s -> 7.5 s and 9.4 s; this pass and the one of :func:`ordered_changes` merged
-    into one (liveness tested against the guard after the pass, redeliveries and clashes
-    from a ``collect_set`` of (ordering key, hash) pairs), ratio 1.93 -> 2.46 at the third
-    warm-up; this pass's ``last`` aggregates as a ``GROUP BY __key`` (sort aggregates over the
-    rows already sorted by key, no exchange or sort of their own), four paired runs in one
-    process: median 7.42 s -> 7.83 s (2026-12-03); and again on window 2's fold alone
-    (``fold_tables``, 416,781 changes and 200,000 guard rows, six paired runs in one process),
-    with and without Spark's code generation for sort aggregates
-    (``spark.sql.codegen.aggregate.sortAggregate.enabled``): medians 3.52 s (this pass), 3.54 s
-    (GROUP BY), 3.83 s (GROUP BY, generated code); the same outcome each way (2026-12-03).
+    Measured and not taken, each slower on bench/apply.py (figures in docs/performance.md):
+    a ``GROUP BY __key`` of ``max_by`` structs instead of this pass; this pass and the one of
+    :func:`ordered_changes` merged into one (liveness tested against the guard after the
+    pass, redeliveries and clashes from a ``collect_set`` of (ordering key, hash) pairs); this
+    pass's ``last`` aggregates as a ``GROUP BY __key`` (sort aggregates over the rows already
+    sorted by key), with and without Spark's code generation for sort aggregates. The outcome
+    is the same each way.
     """
     spark = changes.sparkSession
     with temp_views(spark, {"changes": changes}) as views:

@@ -1,10 +1,10 @@
 """Guard rows for the window's own keys: a small window's fold does not shuffle the whole target.
 
 A performance strategy with one interface, :func:`guard_keys_only` (``table_fold`` asks it;
-``fold.ordered_changes`` then joins each guard side with the window's keys). Saves
-(``bench/guard.py``, a window of 1,000 changes, medians of 3): 5.31 s -> 4.79 s against a
-target of 2,000,000 rows, 1.83 s -> 1.70 s against 200,000; it cost 1.18 s -> 1.28 s against
-100,000 and 1.06 s -> 1.33 s against 20,000 (the join's own job), hence the floor below.
+``fold.ordered_changes`` then joins each guard side with the window's keys). Saves the
+shuffle of a large target for a small window; against a small target the join's own job
+costs more than it saves, hence the floor below (``bench/guard.py``; figures in
+docs/performance.md).
 
 The fold's guard (``fold.ordered_changes``) is one row per key of the target and of its
 tombstones, shuffled and sorted with the window's changes. Without this strategy that is

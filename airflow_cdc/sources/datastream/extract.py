@@ -277,7 +277,7 @@ def read_window(spark, plan) -> WindowRead:
     The files' events reach Spark as Arrow batches of the read frame, kept as a local
     checkpoint. A performance strategy. Saves: they were an RDD of pickled Python tuples,
     cached, tallied, deduplicated by a Python shuffle and converted by ``createDataFrame``
-    row by row (``bench/extract.py --source datastream``, 100,000 events: 33 s -> 28.6 s).
+    row by row (``bench/extract.py --source datastream``; figures in docs/performance.md).
     """
     import functools
 

@@ -223,9 +223,7 @@ class SpannerChangeStreamSource(ChangeSource):
 
         A performance strategy. Saves: the conversion runs while the server prepares the
         stream's next response, where it ran after the stream, when the task asked nothing of
-        the server. Two processes reading 16 partitions of 300,672 changes as read tasks do,
-        without Spark and before the Arrow batches: 14.1 s -> 13.45 s (the same CPU; the
-        stream's read alone 13.0 s, the raw client's 13.6 s).
+        the server (two processes reading as read tasks do; figures in docs/performance.md).
         """
         read, rows = self._read_partition(
             window, position, lambda: ChangelogRows(window.stream_id, window.window_id))

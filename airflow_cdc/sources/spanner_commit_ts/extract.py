@@ -183,7 +183,7 @@ def read_window(source, spark, plan) -> WindowRead:
     )
     # A few Spark tasks per core, each running its share of the Spanner partitions (Spanner
     # splits even a small table into dozens): a task per partition paid a Python task's fixed
-    # cost each time (the example DAG test's warm windows: 26.4 s -> 19.0 s, 22.0 s -> 14.4 s).
+    # cost each time (figures in docs/performance.md).
     sc = spark.sparkContext
     slices = max(1, min(len(tasks), READ_TASKS_PER_CORE * sc.defaultParallelism))
     # The rows leave the tasks as the read frame's Arrow batches, kept as a local checkpoint. A
