@@ -255,13 +255,9 @@ class CdcPlanOperator(CdcWindowOperator):
         now = datetime.now(timezone.utc)
         store = self.state_store()
         # A window planned before reads its recorded partitions: nothing new is looked for.
+        # A stream's first window was held to the interval before it by the wait that led
+        # here (_first_window_order), just before this plan.
         planned = store.get_window(window.stream_id, window.start) is not None
-        if not planned and not store.newest_windows(window.stream_id, 1):
-            reason = require_previous_interval_planned(context, window, self.task_id)
-            if reason is not None:  # the plan was asked before that interval's plan ended
-                from airflow_cdc.state.errors import WindowOrderError
-
-                raise WindowOrderError(f"window {window.window_id} of {window.stream_id!r}: {reason}")
         found = Discovery() if planned else source.discover(window, now, hook)
         plan = self.open_window(context, store, window, lambda: plan_window(
             store,

@@ -1,4 +1,4 @@
-"""Iceberg catalog configuration for Spark, and offline provisioning of the Iceberg jars.
+"""Iceberg catalog configuration for Spark, and the jar folder of the Iceberg jars.
 
 A catalog is described once (:class:`IcebergCatalog`) and turned into Spark configuration,
 so every job (changelog writer, apply, snapshot) sees the same tables whatever runner
@@ -108,20 +108,6 @@ def local_runtime_package() -> str:
             "or give the catalog spark_version=... or packages=[...] for a cluster's Spark"
         )
     return iceberg_runtime_package(found.version, found.scala)
-
-
-def offline_runtime_available() -> bool:
-    """Whether the jar folder holds the Iceberg runtime for the Spark found here, so a local
-    Spark starts without resolving anything."""
-    from airflow_cdc.spark.environment import find_spark, iceberg_runtime_package
-
-    found = find_spark()
-    if found is None:
-        return False
-    try:
-        return offline_jar(iceberg_runtime_package(found.version, found.scala)) is not None
-    except CdcError:
-        return False
 
 
 def fetch_jars(coordinates: list[str] | tuple[str, ...], folder: Path | None = None) -> list[Path]:
