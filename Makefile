@@ -26,10 +26,10 @@ unexport PYTHONDONTWRITEBYTECODE
 ## (see PYTHONDONTWRITEBYTECODE above; the install 2m39s -> 1m17s on this machine).
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt | system-packages
+$(STAMP): pyproject.toml setup.py emulators/pyproject.toml constraints.txt | system-packages
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
-	$(PY) -m pip install --quiet --no-compile -c constraints.txt -e ".[dev]"
+	$(PY) -m pip install --quiet --no-compile -c constraints.txt -e ".[dev]" -e ./emulators
 	$(PY) -m airflow_cdc.spark.iceberg
 	$(PY) -m airflow_cdc.spark.class_archive
 	touch $@
@@ -107,67 +107,67 @@ check-install: setup
 
 ## demo: the main pipeline end to end on embedded defaults.
 demo: setup
-	$(PY) -m airflow_cdc.demo.spanner
+	$(PY) -m demo.spanner
 
-## ui-screenshot: the CDC view in Airflow's UI as a browser shows it (airflow_cdc/demo/ui.py):
+## ui-screenshot: the CDC view in Airflow's UI as a browser shows it (demo/ui.py):
 ## Airflow's api-server with the provider's plugin on the demo's state (`make demo` first when
 ## .demo/airflow/cdc_state.db is missing), headless Chromium logs in and opens the view; writes
 ## build/ui-screenshot.png, last line `ui-screenshot: OK streams=<n> windows=<n> path=...`.
 ui-screenshot: setup
 	@[ -f .demo/airflow/cdc_state.db ] || $(MAKE) demo
-	$(PY) -m airflow_cdc.demo.ui --output build/ui-screenshot.png
+	$(PY) -m demo.ui --output build/ui-screenshot.png
 
 ## demo-datastream: the Datastream pipeline end to end on local event files.
 demo-datastream: setup
-	$(PY) -m airflow_cdc.demo.datastream
+	$(PY) -m demo.datastream
 
 ## demo-bigtable: the Bigtable change stream pipeline end to end on the local emulator.
 demo-bigtable: setup
-	$(PY) -m airflow_cdc.demo.bigtable
+	$(PY) -m demo.bigtable
 
 ## demo-debezium: real PostgreSQL through real Debezium (embedded, capturing into the Kafka
 ## Connect sink layout) into Iceberg by real DAG runs; the targets compared with the tables.
 demo-debezium: setup services
-	$(PY) -m airflow_cdc.demo.debezium
+	$(PY) -m demo.debezium
 
 ## demo-snapshot: both snapshot kinds (Debezium's incremental snapshot by signal, the parallel
 ## Spark snapshot between watermarks) on a running stream of real PostgreSQL through real
 ## Debezium, while a workload changes the same keys; the targets compared with the tables.
 demo-snapshot: setup services
-	$(PY) -m airflow_cdc.demo.snapshot
+	$(PY) -m demo.snapshot
 
 ## demo-commit-ts: Spanner tables read by their commit-timestamp columns (no change stream):
 ## a 2-hour history on the emulator, 20-minute windows read at their exact ends, soft
 ## deletes and a key reconciliation every 3 windows; targets compared with the true state.
 demo-commit-ts: setup
-	$(PY) -m airflow_cdc.demo.commit_ts
+	$(PY) -m demo.commit_ts
 
 ## demo-cluster: the Spanner demo with extract and apply as Dataproc jobs (the Dataproc
 ## stand-in's cluster submits them to a Spark standalone master on 127.0.0.1) and the work
 ## root on a GCS emulator (gs://cdc-work/demo); the master's applications are listed.
 demo-cluster: setup
-	$(PY) -m airflow_cdc.demo.cluster
+	$(PY) -m demo.cluster
 
 ## live-datastream: the Datastream DAG under Airflow's scheduler and triggerer on a 1-minute
 ## schedule while a writer lands files in wall-clock time (about 6 minutes).
 live-datastream: setup
-	$(PY) -m airflow_cdc.demo.live_datastream
+	$(PY) -m demo.live_datastream
 
 ## live-bigtable: the Bigtable DAG under Airflow's scheduler and triggerer on a 1-minute
 ## schedule while a writer changes the emulator's table through the client (about 6 minutes).
 live-bigtable: setup
-	$(PY) -m airflow_cdc.demo.live_bigtable
+	$(PY) -m demo.live_bigtable
 
 ## live-debezium: the Debezium DAG under Airflow's scheduler and triggerer on a 1-minute
 ## schedule while a workload writes to PostgreSQL and the capture runs (about 6 minutes).
 live-debezium: setup services
-	$(PY) -m airflow_cdc.demo.live_debezium
+	$(PY) -m demo.live_debezium
 
 ## live-commit-ts: the commit-timestamp DAG under Airflow's scheduler and triggerer on a
 ## 1-minute schedule while a writer commits through the Spanner client in wall-clock time
 ## (about 6 minutes).
 live-commit-ts: setup
-	$(PY) -m airflow_cdc.demo.live_commit_ts
+	$(PY) -m demo.live_commit_ts
 
 ## bench: benchmarks (ratios against a baseline measured in the same run); bench/snapshot.py
 ## reads a table of 1M rows in PostgreSQL three ways (about 3 minutes) and runs Debezium;

@@ -144,7 +144,7 @@ def append_windows(spark, table: str, rows, window_ids) -> None:
     their declarations counted in one pass, then one tagged commit that records them."""
     from pyspark.sql import functions as F
 
-    from spark_jobs.changelog import append_window, window_declarations
+    from airflow_cdc.spark_jobs.changelog import append_window, window_declarations
 
     for window_id in window_ids:
         frame = rows.where(F.col("window_id") == window_id).select(
@@ -190,7 +190,7 @@ def build_changelog(spark, table: str, changes: int, keys: int) -> None:
 
 
 def run_apply(spark, namespace: str) -> float:
-    from spark_jobs.apply import apply_window
+    from airflow_cdc.spark_jobs.apply import apply_window
 
     started = time.perf_counter()
     for win in windows():

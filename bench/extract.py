@@ -185,7 +185,7 @@ def _read_spanner_partition(token: str) -> int:
 
 def bench_spanner(args, folder: Path) -> str:
     from airflow_cdc.spark.iceberg import IcebergCatalog
-    from airflow_cdc.emulators.spanner import SpannerEmulator
+    from airflow_cdc_emulators.spanner import SpannerEmulator
     from airflow_cdc.model import PartitionPosition, Window
     from airflow_cdc.pipeline.protocol import StreamConfig, plan_window
     from airflow_cdc.sources.spanner.query import INITIAL_PARTITION

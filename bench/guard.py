@@ -88,7 +88,7 @@ def build(spark, table: str, keys: int, window_changes: int, small_windows: int)
 
 
 def apply_one(spark, namespace: str, index: int, unfiltered: bool, write_mode: str = "copy-on-write") -> float:
-    from spark_jobs.apply import apply_window
+    from airflow_cdc.spark_jobs.apply import apply_window
 
     config = {
         "catalog": "lake",

@@ -205,7 +205,7 @@ def run_job(runner, spec, log_path: Path) -> tuple[float, DriverMemory]:
 
 
 def run_window(changes: int, partitions: int, master_url: str, master: str, folder: Path, catalog) -> dict:
-    from airflow_cdc.emulators.spanner import SpannerEmulator
+    from airflow_cdc_emulators.spanner import SpannerEmulator
     from airflow_cdc.pipeline.protocol import StreamConfig, commit_window, plan_window
     from airflow_cdc.sources.spanner.query import INITIAL_PARTITION
     from airflow_cdc.spark.job import iceberg_job_spec
@@ -368,7 +368,7 @@ def cluster(master: str, folder: Path):
     if master == "local":
         yield "local[2]"
         return
-    from airflow_cdc.demo.cluster import StandaloneSpark
+    from demo.cluster import StandaloneSpark
 
     with StandaloneSpark(folder / "standalone", cores=2, memory="4g") as spark:
         yield spark.master_url

@@ -19,7 +19,7 @@ Timed, one after the other, so they never share the 2 cores:
    wait until the capture has put both into the sink, the READ change rows written as Parquet.
    Its steps are timed by wrapping the job module's functions (the job is not changed).
 2. ``single_query``: one ``spark.read.jdbc(url, table)`` (one task), the same READ change rows
-   (``spark_jobs.snapshot_rows.read_rows``) written as Parquet and counted back: the parallel
+   (``airflow_cdc.spark_jobs.snapshot_rows.read_rows``) written as Parquet and counted back: the parallel
    job's work without chunks, batches or watermarks.
 3. ``debezium``: an incremental ``execute-snapshot`` signal into the signaling table, with
    Debezium's default ``incremental.snapshot.chunk.size`` (1024), from the insert until the
@@ -225,7 +225,7 @@ def step_clock(phases: dict):
     """Seconds the job spends in its steps, summed over batches, into ``phases``: the plan,
     the read (low watermark to high watermark: JDBC fetch into the cache), the watermark wait,
     and the rest of a batch (READ rows, the Parquet write, its count, the marker)."""
-    import spark_jobs.snapshot as job
+    import airflow_cdc.spark_jobs.snapshot as job
 
     originals = {name: getattr(job, name) for name in ("load_or_plan", "emit", "wait_for_watermarks")}
     marks = {"after_wait": None}
@@ -266,7 +266,7 @@ def step_clock(phases: dict):
 
 
 def run_parallel(spark, sink: Path, table: str, snapshot_id: str, args) -> tuple[float, dict, dict]:
-    from spark_jobs.snapshot import SnapshotSpec, run_snapshot
+    from airflow_cdc.spark_jobs.snapshot import SnapshotSpec, run_snapshot
 
     spec = SnapshotSpec(
         snapshot_id=snapshot_id, stream_id="bench", source_table=table, dialect="postgresql",
@@ -287,7 +287,7 @@ def run_parallel(spark, sink: Path, table: str, snapshot_id: str, args) -> tuple
 # --- 2. one JDBC query ------------------------------------------------------------------------
 def run_single_query(spark, table: str, folder: Path) -> tuple[float, int]:
     from airflow_cdc.sources.debezium.source import table_identifier
-    from spark_jobs.snapshot_rows import read_rows
+    from airflow_cdc.spark_jobs.snapshot_rows import read_rows
 
     started = time.perf_counter()
     frame = spark.read.jdbc(

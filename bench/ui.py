@@ -147,7 +147,7 @@ def timed(call, repeats: int) -> float:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from airflow_cdc.demo.ui import ViewServer
+    from demo.ui import ViewServer
 
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench-ui-"))
     work.mkdir(parents=True, exist_ok=True)

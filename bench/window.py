@@ -252,7 +252,7 @@ def run_windows(env: dict[str, str], plan: dict, log: Path) -> dict:
 
 
 def measure(size: int, folder: Path, template_db: Path, args) -> list[str]:
-    from airflow_cdc.emulators.spanner import SpannerChangeStreamEmulator, generate_history
+    from airflow_cdc_emulators.spanner import SpannerChangeStreamEmulator, generate_history
     from airflow_cdc.spark.warm import stop_warm_drivers
 
     base = folder / f"changes-{size}"

@@ -9,7 +9,7 @@ opens on that evidence.
 
 Point it at your table with the CDC_BIGTABLE_* variables (or edit the constants); with
 ``BIGTABLE_EMULATOR_HOST`` set it reads the local emulator (``python -m
-airflow_cdc.emulators.bigtable``), which is what ``make demo-bigtable`` does.
+airflow_cdc_emulators.bigtable``), which is what ``make demo-bigtable`` does.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Tables without ``primary_keys`` in their metadata (Oracle) get key columns from
 CDC_DATASTREAM_KEY_COLUMNS and JSON payload columns their types from
 CDC_DATASTREAM_COLUMN_TYPES (JSON objects; unset, none are declared).
 
-``python -m airflow_cdc.demo.datastream`` (``make demo-datastream``) writes a local
+``python -m demo.datastream`` (``make demo-datastream``) writes a local
 Datastream output tree and runs this DAG over it.
 """
 

@@ -12,7 +12,7 @@ become the pipeline's Assets (the emulator's tables by default).
 
 Point it at your database with the CDC_SPANNER_* variables (or edit the constants); with
 ``SPANNER_EMULATOR_HOST`` set it reads the local emulator (``python -m
-airflow_cdc.emulators.spanner``), which is what ``make demo`` does.
+airflow_cdc_emulators.spanner``), which is what ``make demo`` does.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ than the database's version retention: trigger it (optionally with ``{"at": "<in
 default now minus the safety margin), then clear the failed window's plan task.
 
 Point it at your database with the CDC_SPANNER_* variables; with ``SPANNER_EMULATOR_HOST``
-set it reads the local emulator (``python -m airflow_cdc.emulators.spanner
+set it reads the local emulator (``python -m airflow_cdc_emulators.spanner
 --commit-ts-tables``), which is what ``make demo-commit-ts`` does.
 """
 

@@ -2,10 +2,10 @@
 
     spark-submit ... spark_jobs/apply_job.py --job-config apply.json [--result result.json]
 
-``--job-config`` is the JSON object :mod:`spark_jobs.apply.config` describes (catalog,
+``--job-config`` is the JSON object :mod:`airflow_cdc.spark_jobs.apply.config` describes (catalog,
 ``catalog_conf``, stream, window_id, changelog_table, targets with mapping and history,
 policies, result). ``--result`` (or ``result`` in the file) receives
-:class:`spark_jobs.apply.ApplyResult` as JSON: per source table its target, counts and the
+:class:`airflow_cdc.spark_jobs.apply.ApplyResult` as JSON: per source table its target, counts and the
 target / tombstone / history snapshot ids, plus the dead-letter table's snapshot and count.
 The result is written also when the window fails on dead letters (``"status": "failed"``).
 
@@ -37,7 +37,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None, spark=None) -> int:
     """Run the job; with ``spark`` given, use that session and leave it running (tests)."""
     args = parse_args(argv)
-    from spark_jobs.apply.config import ApplyConfig, ApplyConfigError
+    from airflow_cdc.spark_jobs.apply.config import ApplyConfig, ApplyConfigError
 
     try:
         data = json.loads(_read_text(args.job_config))
@@ -50,9 +50,9 @@ def main(argv: Sequence[str] | None = None, spark=None) -> int:
 
     from pyspark.sql import SparkSession
 
-    from spark_jobs.apply import DeadLettersError, apply_window
-    from spark_jobs.secret_conf import load_secret_conf
-    from spark_jobs.session import end_job_session
+    from airflow_cdc.spark_jobs.apply import DeadLettersError, apply_window
+    from airflow_cdc.spark_jobs.secret_conf import load_secret_conf
+    from airflow_cdc.spark_jobs.session import end_job_session
 
     owned = spark is None
     if owned:
@@ -96,9 +96,9 @@ def _source_apply(data: dict):
 
 def _apply_by_source(spark, config, data: dict, own_apply):
     """A source's own apply, committing through the window's tagged commits."""
-    from spark_jobs.apply.result import ApplyResult, TableResult
-    from spark_jobs.apply.source_tables import WindowTables
-    from spark_jobs.apply.job import window_rows
+    from airflow_cdc.spark_jobs.apply.result import ApplyResult, TableResult
+    from airflow_cdc.spark_jobs.apply.source_tables import WindowTables
+    from airflow_cdc.spark_jobs.apply.job import window_rows
 
     window_rows(spark, config)  # the same checks: catalog configured, changelog readable
     tables = own_apply(spark, config, data, WindowTables(spark, config))
@@ -117,13 +117,13 @@ def _read_text(path: str) -> str:
         return work_root.read_text(path)
     from pyspark.sql import SparkSession
 
-    from spark_jobs.changelog import read_text
+    from airflow_cdc.spark_jobs.changelog import read_text
 
     return read_text(SparkSession.builder.getOrCreate(), path)
 
 
 def _write_text(spark, path: str, text: str) -> None:
-    from spark_jobs.changelog import write_text
+    from airflow_cdc.spark_jobs.changelog import write_text
 
     write_text(spark, path, text)
 

@@ -48,7 +48,7 @@ from airflow_cdc.model import (
     validate_identifier,
 )
 from airflow_cdc.spark.job import ChangelogWriteResult, split_table_name
-from spark_jobs.commits import (
+from airflow_cdc.spark_jobs.commits import (
     UNCHECKED,
     append_tagged,
     concurrent_window_commit,
@@ -298,7 +298,7 @@ def append_window(
 ) -> int:
     """Append ``frame`` to ``table`` in ONE commit tagged with ``window_id``; return its snapshot id.
     ``frame``: a DataFrame of the changelog's columns, or the changelog files a window's read
-    tasks wrote (``spark_jobs.changelog_files.ChangelogFiles``).
+    tasks wrote (``airflow_cdc.spark_jobs.changelog_files.ChangelogFiles``).
 
     ``extra_properties`` go into the same snapshot summary (e.g. the extract job's outcome
     file), so they are committed atomically with the rows; they cannot replace the window tag.
@@ -312,7 +312,7 @@ def append_window(
     properties = {**extra, WINDOW_SNAPSHOT_PROPERTY: window_id}
     if isinstance(frame, DataFrame):
         append_tagged(frame, table, properties, read_at, write_options=WINDOW_WRITE_OPTIONS)
-    else:  # files the read tasks wrote (spark_jobs.changelog_files.ChangelogFiles)
+    else:  # files the read tasks wrote (airflow_cdc.spark_jobs.changelog_files.ChangelogFiles)
         frame.append(spark, table, properties, read_at)
     committed = own_window_commit(spark, table, window_id)
     if committed is None:  # the commit just made must carry the tag

@@ -49,8 +49,8 @@ def file_sink(spark, table: str, source) -> FileSink | None:
     """Where the window's read tasks write the changelog's files, or None when Spark must
     write them (see the module's doc for when). Creates the changelog table if missing."""
     from airflow_cdc.sources.base import ChangeSource
-    from spark_jobs.changelog import create_changelog_table
-    from spark_jobs.commits import _iceberg_table
+    from airflow_cdc.spark_jobs.changelog import create_changelog_table
+    from airflow_cdc.spark_jobs.commits import _iceberg_table
 
     if not enabled() or source.read_window is not None:
         return None
@@ -76,7 +76,7 @@ def file_sink(spark, table: str, source) -> FileSink | None:
         fs.FileSystem.from_uri(directory)
     except Exception:  # noqa: BLE001 - a location pyarrow cannot open: Spark writes
         return None
-    from spark_jobs.extract import ROWS_PER_TASK
+    from airflow_cdc.spark_jobs.extract import ROWS_PER_TASK
 
     return FileSink(directory=directory, field_ids=_field_ids(schema), partition_field=str(fields[0].name()),
                     compression=codec, prefix=f"{uuid.uuid4().hex[:8]}-", min_task_rows=ROWS_PER_TASK // 4)
@@ -100,8 +100,8 @@ class ChangelogFiles:
     declared: tuple  # (source_table, column_types_json, rows, first commit_ts)
 
     def declarations(self) -> list:
-        """The window's :class:`~spark_jobs.changelog.Declaration` values, from the tasks'."""
-        from spark_jobs.changelog import Declaration
+        """The window's :class:`~airflow_cdc.spark_jobs.changelog.Declaration` values, from the tasks'."""
+        from airflow_cdc.spark_jobs.changelog import Declaration
 
         merged: dict = {}
         for table, types, rows, first in self.declared:
@@ -113,7 +113,7 @@ class ChangelogFiles:
         """Commit the files to ``table`` in one commit carrying ``properties``, made only if
         no data was added since snapshot ``read_at`` (None: since the table's start);
         a commit that fails deletes the files (a conflict is raised for the caller)."""
-        from spark_jobs.commits import UNCHECKED, _iceberg_table, is_commit_conflict
+        from airflow_cdc.spark_jobs.commits import UNCHECKED, _iceberg_table, is_commit_conflict
 
         iceberg = _iceberg_table(spark, table)
         jvm = spark.sparkContext._jvm

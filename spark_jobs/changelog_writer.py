@@ -69,7 +69,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     # Import here: a usage error or a bad name fails fast, without starting a JVM.
-    from spark_jobs.changelog import qualified_table
+    from airflow_cdc.spark_jobs.changelog import qualified_table
 
     try:
         table = qualified_table(args.catalog, args.table)
@@ -79,9 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from pyspark.sql import SparkSession
 
-    from spark_jobs.changelog import require_catalog, write_text, write_window
-    from spark_jobs.secret_conf import load_secret_conf
-    from spark_jobs.session import end_job_session
+    from airflow_cdc.spark_jobs.changelog import require_catalog, write_text, write_window
+    from airflow_cdc.spark_jobs.secret_conf import load_secret_conf
+    from airflow_cdc.spark_jobs.session import end_job_session
 
     builder = SparkSession.builder.appName(f"cdc-changelog-{args.table}")
     builder = builder.config("spark.sql.session.timeZone", "UTC")

@@ -24,7 +24,7 @@ Procedure (ARCHITECTURE.md, window protocol step 2), the same for every source:
 5. Append all rows in ONE changelog commit tagged with the window and carrying the outcome
    in its snapshot summary, then write the outcome file for the commit task. The rows of a
    change stream's window are in files its read tasks wrote (a performance strategy:
-   :mod:`spark_jobs.changelog_files`); the commit lists them.
+   :mod:`airflow_cdc.spark_jobs.changelog_files`); the commit lists them.
 6. With ``--apply-config``: apply the window in the same Spark application (the apply job
    with this session, :func:`apply_in_same_application`), so the apply task starts no Spark
    (a performance strategy: saves one Spark application per window; ``bench/window.py``
@@ -233,7 +233,7 @@ def report_round(window, round_number: int, results) -> None:
 def read_partitions(spark, plan: WindowPlanFile, sink=None) -> WindowRead:
     """Step 2-3 for a source that reads partitions: rounds of Spark tasks, each reading its
     share of the round's partitions into the round's read frame (:mod:`airflow_cdc.sources.read_frame`).
-    With ``sink`` (``spark_jobs.changelog_files.file_sink``) the tasks write the rows to the
+    With ``sink`` (``airflow_cdc.spark_jobs.changelog_files.file_sink``) the tasks write the rows to the
     changelog's files, and the read's ``rows`` are those files (``ChangelogFiles``); a read
     that fails (a later round, an incomplete transaction) deletes the files it wrote, so a
     window retried until it is complete leaves none behind."""
@@ -242,7 +242,7 @@ def read_partitions(spark, plan: WindowPlanFile, sink=None) -> WindowRead:
         return _read_partitions(spark, plan, sink, files)
     except BaseException:
         if files:
-            from spark_jobs.changelog_files import discard
+            from airflow_cdc.spark_jobs.changelog_files import discard
 
             discard(files)
         raise
@@ -304,7 +304,7 @@ def _read_partitions(spark, plan: WindowPlanFile, sink, files: list) -> WindowRe
         transactions += check(_union([read_frame.tallies_of(f) for f in frames]), plan.window, outcomes)
     source.check_partitions(outcomes, lineage.still_pending)
     if files:  # read tasks wrote the changelog's files (a sink, and reads large enough)
-        from spark_jobs.changelog_files import ChangelogFiles
+        from airflow_cdc.spark_jobs.changelog_files import ChangelogFiles
 
         held = totals["rows"] - sum(f.rows for f in files)
         if held:  # small reads handed their rows over: written in about a file per core
@@ -463,16 +463,16 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
     from pyspark import StorageLevel
     from pyspark.sql import DataFrame
 
-    from spark_jobs.changelog import (
+    from airflow_cdc.spark_jobs.changelog import (
         changelog_schema,
         commit_window_with_outcome,
         recorded_window_result,
         window_declarations,
     )
 
-    from spark_jobs.changelog_files import ChangelogFiles, file_sink
-    from spark_jobs.checkpoints import release_checkpoint
-    from spark_jobs.commits import current_snapshot_id
+    from airflow_cdc.spark_jobs.changelog_files import ChangelogFiles, file_sink
+    from airflow_cdc.spark_jobs.checkpoints import release_checkpoint
+    from airflow_cdc.spark_jobs.commits import current_snapshot_id
 
     table = plan.changelog_table
     start_read_workers(spark, plan)  # while step 1 runs on the driver
@@ -530,8 +530,8 @@ def append_dead_letters(spark, plan: WindowPlanFile, dead) -> None:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    from spark_jobs.apply.dead_letters import DEAD_LETTER_COLUMNS
-    from spark_jobs.changelog import changelog_schema
+    from airflow_cdc.spark_jobs.apply.dead_letters import DEAD_LETTER_COLUMNS
+    from airflow_cdc.spark_jobs.changelog import changelog_schema
 
     window_id = plan.window.window_id
     dead_table = plan.options.get("dead_letter_table") or plan.changelog_table.replace(
@@ -564,8 +564,8 @@ def apply_in_same_application(spark, config_path: str, result_path: str, changel
     job, unchanged) and record how it went in ``result_path`` for the apply task, with the
     changelog commit it applied. A failed apply does not fail the extract, which is
     committed: the apply task then runs the apply job itself and reports why."""
-    from spark_jobs import apply_job
-    from spark_jobs.changelog import read_text, write_text
+    from airflow_cdc.spark_jobs import apply_job
+    from airflow_cdc.spark_jobs.changelog import read_text, write_text
 
     fused: dict = {"changelog_snapshot_id": changelog_snapshot_id}
     applied_path = f"{result_path}.apply"
@@ -618,9 +618,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Read the plan (merging source overrides), extract the window, write its result summary."""
     from pyspark.sql import SparkSession
 
-    from spark_jobs.changelog import read_text, write_text
-    from spark_jobs.secret_conf import load_secret_conf
-    from spark_jobs.session import end_job_session
+    from airflow_cdc.spark_jobs.changelog import read_text, write_text
+    from airflow_cdc.spark_jobs.secret_conf import load_secret_conf
+    from airflow_cdc.spark_jobs.session import end_job_session
 
     args = parse_args(argv)
     spark = SparkSession.builder.getOrCreate()
@@ -644,7 +644,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 if __name__ == "__main__":
     # spark-submit runs this file as __main__, whose functions cloudpickle ships by value: each
     # task would unpickle its own copy of _SOURCES, and so open a new client (channel, session)
-    # per partition. Run as the module spark_jobs.extract: executors import it once per worker.
-    from spark_jobs import extract as _extract_module
+    # per partition. Run as the module airflow_cdc.spark_jobs.extract: executors import it once per worker.
+    from airflow_cdc.spark_jobs import extract as _extract_module
 
     sys.exit(_extract_module.main())

@@ -56,7 +56,7 @@ def _load_catalogs_and_forget(spark, values: dict) -> None:
 
 def _read(spark, path: str) -> str:
     if "://" in path:  # a staged object (gs://, hdfs://), read through Spark's file systems
-        from spark_jobs.changelog import read_text
+        from airflow_cdc.spark_jobs.changelog import read_text
 
         return read_text(spark, path)
     name = os.path.basename(path)

@@ -2,7 +2,7 @@
 
 Every entry point ends its session with :func:`end_job_session`. A job that spark-submit runs
 owns its application, and stopping it ends the application. A warm driver
-(:mod:`spark_jobs.warm_driver`) runs job after job in one session and sets
+(:mod:`airflow_cdc.spark_jobs.warm_driver`) runs job after job in one session and sets
 :data:`KEEP_SESSION`, so a job leaves the session to the next one.
 """
 

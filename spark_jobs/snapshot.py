@@ -19,7 +19,7 @@ with watermarks in the log (:mod:`airflow_cdc.sources.debezium.watermarks`), per
    that is down fails the job naming it), then scan the files that appeared since step 3 for
    the keys of the table changed between the two watermarks (counted in the marker).
 5. Every row of the batch becomes a READ change row at the **low** watermark's position
-   (:mod:`spark_jobs.snapshot_rows`), written as Parquet to ``batch=<n>/``, then
+   (:mod:`airflow_cdc.spark_jobs.snapshot_rows`), written as Parquet to ``batch=<n>/``, then
    ``_BATCH.json`` (the batch is whole). The stream's windows take whole batches
    (:mod:`airflow_cdc.sources.debezium.staged`).
 6. ``_COMPLETE.json`` once every chunk is staged.
@@ -297,7 +297,7 @@ def stage_batch(spark, spec: SnapshotSpec, plan: ChunkPlan, number: int, chunks,
     """Steps 3-5 for batch ``number``; returns its marker's fields."""
     from pyspark import StorageLevel
 
-    from spark_jobs.snapshot_rows import read_rows
+    from airflow_cdc.spark_jobs.snapshot_rows import read_rows
 
     lister, _ = sink_access(spec.sink["prefix"], spec.sink.get("connection"))
     before = listed_paths(list_sink_files(lister, spec.sink["prefix"],
@@ -375,9 +375,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     from pyspark.sql import SparkSession
 
-    from spark_jobs.changelog import read_text, write_text
-    from spark_jobs.secret_conf import load_secret_conf
-    from spark_jobs.session import end_job_session
+    from airflow_cdc.spark_jobs.changelog import read_text, write_text
+    from airflow_cdc.spark_jobs.secret_conf import load_secret_conf
+    from airflow_cdc.spark_jobs.session import end_job_session
 
     args = parse_args(argv)
     spark = SparkSession.builder.getOrCreate()

@@ -80,7 +80,7 @@ def read_rows(frame, *, stream: str, source_table: str, key_columns: Sequence[st
     changes at ``ordering_key``; ``window_id`` stays empty until a window takes them."""
     from pyspark.sql import functions as F
 
-    from spark_jobs.apply.sql import string
+    from airflow_cdc.spark_jobs.apply.sql import string
 
     declared = dict(declared or {})
     types = {f.name: f.dataType.simpleString() for f in frame.schema.fields}

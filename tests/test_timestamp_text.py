@@ -15,8 +15,8 @@ from google.cloud.spanner_v1._helpers import _parse_value_pb
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_cdc.emulators.spanner.schema import SpannerType
-from airflow_cdc.emulators.spanner.tables.values import parse_timestamp, to_wire, wire_type
+from airflow_cdc_emulators.spanner.schema import SpannerType
+from airflow_cdc_emulators.spanner.tables.values import parse_timestamp, to_wire, wire_type
 from airflow_cdc.model import format_ts, parse_ts
 from airflow_cdc.sources.datastream.events import normalize_value
 from airflow_cdc.sources.datastream.writer import _json_value

@@ -119,6 +119,6 @@ def test_an_object_under_a_uri_work_root_is_written_and_read_at_that_uri():
 
 @pytest.mark.parametrize("uri", ["file:///srv/cdc/staging", "file:/srv/cdc/staging", "file://localhost/srv/cdc/staging"])
 def test_a_file_uri_snapshot_staging_folder_is_the_local_folder_it_names(uri):
-    from spark_jobs.snapshot import _path
+    from airflow_cdc.spark_jobs.snapshot import _path
 
     assert _path(uri) == Path("/srv/cdc/staging")

@@ -2,7 +2,7 @@
 
 Credentials come from ``gcp_conn_id`` (and ``impersonation_chain``) as for every Google
 operator. ``DATAPROC_EMULATOR_HOST`` (or ``emulator_host``) points the job and batch clients at
-the Dataproc emulator (``python -m airflow_cdc.emulators.dataproc``) over plain gRPC, with no
+the Dataproc emulator (``python -m airflow_cdc_emulators.dataproc``) over plain gRPC, with no
 credentials, the way ``SPANNER_EMULATOR_HOST`` does for Spanner: every other method of the
 provider's hook (submit_job, get_job, cancel_job, create_batch, get_batch) works unchanged.
 """

@@ -112,7 +112,7 @@ class WindowRead:
     (:func:`changelog_tuple`, :func:`dead_letter_tuple`), or DataFrames of the changelog's
     columns (and ``reason``), as a read frame gives them (:mod:`airflow_cdc.sources.read_frame`);
     for a read whose tasks wrote the changelog's files, ``rows`` are those files
-    (``spark_jobs.changelog_files.ChangelogFiles``, made by the extract job itself);
+    (``airflow_cdc.spark_jobs.changelog_files.ChangelogFiles``, made by the extract job itself);
     ``counts`` are the source's own counts of the window (they reach the state store and XCom
     as the job reports them). ``kept`` are the local checkpoints (read frames) the rows come
     from, freed by the extract job once the window is committed.

@@ -46,7 +46,7 @@ class FileSink:
     compression: str = "zstd"
     prefix: str = ""
     # A read task writing fewer rows hands them to Spark, which writes them with the window's
-    # other small reads in about a file per core (``spark_jobs.changelog_files.write_rows``):
+    # other small reads in about a file per core (``airflow_cdc.spark_jobs.changelog_files.write_rows``):
     # a file per task and day would leave a small window's changelog in many small files.
     min_task_rows: int = 0
 

@@ -17,7 +17,7 @@ The read tasks (``mapInArrow``) return everything a read gives in one schema
   when the window's rows are written by the read tasks (:mod:`.changelog_files`).
 
 Who uses it: the extract job's partition reads (``spark_jobs/extract.py``, a round's positions
-read by :func:`spark_jobs.extract.read_positions`), and sources that read a whole window their
+read by :func:`airflow_cdc.spark_jobs.extract.read_positions`), and sources that read a whole window their
 own way (Datastream's files, the commit-timestamp source's partitioned queries). It lives
 with the sources so that they can; pyspark is imported inside the functions that use it, as
 everywhere in this package.
@@ -212,7 +212,7 @@ def kept(frame):
     its executor would be read again from the source, a checkpoint is not, so the job fails
     and its task's retry runs it again (a re-run is exactly once, I1).
     The extract job frees it when the window is committed (``WindowRead.kept``,
-    ``spark_jobs.checkpoints.release_checkpoint``).
+    ``airflow_cdc.spark_jobs.checkpoints.release_checkpoint``).
     """
     return frame.localCheckpoint(eager=True)
 

@@ -29,7 +29,7 @@ _LIST_CONF_KEYS = {
     "spark.files": "files",
 }
 # The public conf key naming the file that holds a job's secret conf (written by the runner,
-# read by spark_jobs.secret_conf right after the session starts).
+# read by airflow_cdc.spark_jobs.secret_conf right after the session starts).
 SECRET_CONF_FILE_KEY = "spark.airflow_cdc.secretConfFile"
 _CATALOG_PREFIX = "spark.sql.catalog."
 # The lines of a Spark log that say why a job failed: the last line of a Python traceback,
@@ -205,9 +205,10 @@ def split_table_name(table: str) -> tuple[str, str]:
 
 
 def spark_job_application(entry_point: str) -> str:
-    """The path of ``spark_jobs/<entry_point>.py`` as installed (what spark-submit runs)."""
+    """The path of ``airflow_cdc/spark_jobs/<entry_point>.py`` as installed (what spark-submit
+    runs; the repository's ``spark_jobs/`` folder in a source checkout)."""
     validate_identifier("Spark job entry point", entry_point)
-    path = package_dir("spark_jobs") / f"{entry_point}.py"
+    path = package_dir("airflow_cdc.spark_jobs") / f"{entry_point}.py"
     if not path.is_file():
         raise FileNotFoundError(f"Spark job entry point {path} does not exist")
     return str(path)

@@ -1,7 +1,7 @@
-"""The ``--py-files`` archive: ``airflow_cdc`` and ``spark_jobs`` zipped for Spark drivers and executors.
+"""The ``--py-files`` archive: ``airflow_cdc`` with its Spark jobs zipped for Spark drivers and executors.
 
 Executors on a cluster have neither Airflow nor this package installed. Every job therefore ships
-one zip holding both packages (pure Python, no Airflow import on the Spark side), built once per
+one zip holding the package and its Spark jobs (pure Python, no Airflow import on the Spark side), built once per
 content: the name carries a hash of every file's path and bytes, so an unchanged tree reuses the
 cached zip and a changed one can never be mistaken for it.
 """
@@ -19,7 +19,9 @@ from pathlib import Path
 
 from airflow_cdc.model import CdcError
 
-PY_FILES_PACKAGES: tuple[str, ...] = ("airflow_cdc", "spark_jobs")
+# The Spark jobs are ``airflow_cdc.spark_jobs``: inside the package's folder once installed,
+# the repository's ``spark_jobs/`` folder in a source checkout (a package-dir mapping).
+PY_FILES_PACKAGES: tuple[str, ...] = ("airflow_cdc", "airflow_cdc.spark_jobs")
 # A fixed timestamp makes the zip's bytes a function of the content alone.
 _ZIP_DATE_TIME = (2020, 1, 1, 0, 0, 0)
 _SKIPPED_DIRS = {"__pycache__"}
@@ -37,7 +39,7 @@ def py_files_cache_dir() -> Path:
 
 
 def package_dir(package: str) -> Path:
-    """The folder of an importable top-level package, found without importing it."""
+    """The folder of an importable package (its parents are imported, not the package)."""
     spec = importlib.util.find_spec(package)
     locations = list(spec.submodule_search_locations or []) if spec else []
     if not locations:
@@ -59,14 +61,17 @@ def build_py_files(
     ``roots`` (folders whose names are the package names) replaces the lookup of ``packages``
     by import; tests use it to package a tree of their own.
     """
-    folders = list(roots) if roots is not None else [package_dir(name) for name in packages]
+    if roots is not None:
+        folders = [(folder.name, folder) for folder in roots]
+    else:
+        folders = _shipped_folders([(name, package_dir(name)) for name in packages])
     entries = sorted(_entries(folders))
     digest = hashlib.sha256()
     for arcname, path in entries:
         digest.update(arcname.encode("utf-8") + b"\0")
         digest.update(path.read_bytes() if path is not None else b"<dir>")
         digest.update(b"\0")
-    name = f"{'-'.join(folder.name for folder in folders)}-{digest.hexdigest()[:16]}.zip"
+    name = f"{folders[0][0].split('/')[0]}-{digest.hexdigest()[:16]}.zip"
     cache = cache_dir or py_files_cache_dir()
     if (cache / name).exists():
         return mark_used(cache / name)
@@ -134,17 +139,27 @@ def prune_unused(folder: Path, pattern: str, keep: Path,
     return removed
 
 
-def _entries(folders: Iterable[Path]) -> Iterable[tuple[str, Path | None]]:
+def _shipped_folders(found: Sequence[tuple[str, Path]]) -> list[tuple[str, Path]]:
+    """(path inside the zip, folder) per package: a package whose folder is inside one already
+    shipped (an installed ``airflow_cdc/spark_jobs``) ships with it, not a second time."""
+    shipped: list[tuple[str, Path]] = []
+    for name, folder in found:
+        if not any(folder.resolve().is_relative_to(kept.resolve()) for _, kept in shipped):
+            shipped.append((name.replace(".", "/"), folder))
+    return shipped
+
+
+def _entries(folders: Iterable[tuple[str, Path]]) -> Iterable[tuple[str, Path | None]]:
     """(name inside the zip, file or None for a folder) for every shipped file and folder."""
-    for folder in folders:
+    for arcroot, folder in folders:
         if not folder.is_dir():
             raise PackagingError(f"{folder} is not a folder: cannot ship it as a package")
-        yield f"{folder.name}/", None
+        yield f"{arcroot}/", None
         for current, dirnames, filenames in os.walk(folder):
             dirnames[:] = sorted(
                 d for d in dirnames if d not in _SKIPPED_DIRS and not d.startswith(".")
             )
-            relative = Path(current).relative_to(folder.parent)
+            relative = Path(arcroot) / Path(current).relative_to(folder)
             for dirname in dirnames:
                 yield f"{(relative / dirname).as_posix()}/", None
             for filename in sorted(filenames):

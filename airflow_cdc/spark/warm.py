@@ -3,7 +3,7 @@
 :class:`LocalSparkRunner` starts a JVM, a SparkSession, the Iceberg catalog and Python
 workers for every job; for a small window that start, and the JIT compiling the same plans
 again, is most of the window's cost. :class:`WarmSparkRunner` submits the same spec to a
-driver it started earlier (:mod:`spark_jobs.warm_driver`) over a Unix socket only this user
+driver it started earlier (:mod:`airflow_cdc.spark_jobs.warm_driver`) over a Unix socket only this user
 can reach, and streams the job's lines to the task log as spark-submit's would be.
 
 * **Which driver.** A driver serves specs that would start the same application: the same
@@ -21,12 +21,12 @@ can reach, and streams the job's lines to the task log as spark-submit's would b
   point) fails the job with :class:`SparkJobError` and the end of the driver's log, as a
   dead spark-submit does; the task's retry then starts a new driver. A task killed during its
   job closes the connection and the driver cancels the job's Spark jobs
-  (:mod:`spark_jobs.warm_driver`).
+  (:mod:`airflow_cdc.spark_jobs.warm_driver`).
 * **A job's own conf** (:data:`PER_JOB_CONF_PREFIXES`) is not part of the key: it travels
   with the request and is set on the session for that job. Secrets travel as for a local
   spark-submit: an anonymous memory file of the task's process, named in that conf
   (``spark.airflow_cdc.secretConfFile``), read by the driver while the task waits.
-* **Iceberg's table cache** is emptied after every job (:mod:`spark_jobs.warm_driver`):
+* **Iceberg's table cache** is emptied after every job (:mod:`airflow_cdc.spark_jobs.warm_driver`):
   another application (a cold job, a user's own) may commit to the same tables between two
   jobs, and each job must start from their latest metadata.
 

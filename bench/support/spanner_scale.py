@@ -1,10 +1,10 @@
 """A Spanner change stream history of millions of changes over a thousand partitions, made on
 demand: what ``bench/scale.py`` serves through the real emulator server.
 
-:func:`airflow_cdc.emulators.spanner.generate_history` keeps every transaction, row image and
+:func:`airflow_cdc_emulators.spanner.generate_history` keeps every transaction, row image and
 version in memory (about 1.3 KB and 65 µs per change here: 5M changes would take 6.5 GB and
 6 minutes before the first query). :class:`ScaleHistory` answers the same server
-(:class:`~airflow_cdc.emulators.spanner.server.SpannerEmulator`, its query validation,
+(:class:`~airflow_cdc_emulators.spanner.server.SpannerEmulator`, its query validation,
 wire encoding and batching unchanged) from a few integers: a partition's records are built
 when it is queried, in commit order, and dropped once sent. The Spanner client, the source's
 reader and the Spark jobs see an ordinary change stream.
@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import cached_property
 
-from airflow_cdc.emulators.spanner.history import (
+from airflow_cdc_emulators.spanner.history import (
     DELETE,
     INSERT,
     NEW_VALUES,
@@ -48,9 +48,9 @@ from airflow_cdc.emulators.spanner.history import (
     DataChangeRecord,
     RowChange,
 )
-from airflow_cdc.emulators.spanner.partition_lineage import KEYSPACE, Partition
-from airflow_cdc.emulators.spanner.schema import DEFAULT_TABLES, Table, generate_value
-from airflow_cdc.emulators.spanner.timeline import to_datetime, to_micros
+from airflow_cdc_emulators.spanner.partition_lineage import KEYSPACE, Partition
+from airflow_cdc_emulators.spanner.schema import DEFAULT_TABLES, Table, generate_value
+from airflow_cdc_emulators.spanner.timeline import to_datetime, to_micros
 
 BLOCK = 8  # rows of one batch write
 VISITS = 4  # how often a row is written over the history, about

@@ -13,8 +13,8 @@ spark-submit entry point.
 Never imports Airflow: this runs on Spark drivers without it.
 """
 
-from spark_jobs.apply.config import ApplyConfig, ApplyConfigError
-from spark_jobs.apply.job import (
+from airflow_cdc.spark_jobs.apply.config import ApplyConfig, ApplyConfigError
+from airflow_cdc.spark_jobs.apply.job import (
     ApplyError,
     ApplyResult,
     DeadLettersError,

@@ -23,9 +23,9 @@ from collections.abc import Iterable
 
 from pyspark.sql import SparkSession
 
-from spark_jobs.apply.config import ApplyConfig, TableName
-from spark_jobs.apply.result import TableResult
-from spark_jobs.commits import current_summary
+from airflow_cdc.spark_jobs.apply.config import ApplyConfig, TableName
+from airflow_cdc.spark_jobs.apply.result import TableResult
+from airflow_cdc.spark_jobs.commits import current_summary
 
 
 def delete_files(summary: dict[str, str] | None) -> int:

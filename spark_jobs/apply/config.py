@@ -1,6 +1,6 @@
 """The apply job's configuration: what to read, where to write, and the per-pipeline policies.
 
-The same JSON object drives :func:`spark_jobs.apply.apply_window` (as a dict) and
+The same JSON object drives :func:`airflow_cdc.spark_jobs.apply.apply_window` (as a dict) and
 ``spark_jobs/apply_job.py`` (as a file)::
 
     {
@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from airflow_cdc.model import CdcError, InvalidIdentifierError, parse_ts, validate_identifier
-from spark_jobs.apply.guard_keys import DEFAULT_GUARD_FILTER_MAX_ROWS
+from airflow_cdc.spark_jobs.apply.guard_keys import DEFAULT_GUARD_FILTER_MAX_ROWS
 
 # Merge-on-read tables are compacted once they hold this many delete files (``compaction.py``).
 DEFAULT_COMPACT_DELETE_FILES = 32

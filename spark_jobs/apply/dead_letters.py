@@ -16,10 +16,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_cdc.model import CHANGELOG_COLUMNS, CdcError
-from spark_jobs.apply.config import ApplyConfig, TableName
-from spark_jobs.apply.faults import fault
-from spark_jobs.apply.result import ApplyResult
-from spark_jobs.commits import (
+from airflow_cdc.spark_jobs.apply.config import ApplyConfig, TableName
+from airflow_cdc.spark_jobs.apply.faults import fault
+from airflow_cdc.spark_jobs.apply.result import ApplyResult
+from airflow_cdc.spark_jobs.commits import (
     append_tagged,
     current_snapshot_id,
     is_commit_conflict,
@@ -29,7 +29,7 @@ from spark_jobs.commits import (
 )
 
 if TYPE_CHECKING:
-    from spark_jobs.apply.table_fold import TableWork
+    from airflow_cdc.spark_jobs.apply.table_fold import TableWork
 
 DEAD_LETTER_COLUMNS: tuple[tuple[str, str], ...] = (
     *CHANGELOG_COLUMNS,

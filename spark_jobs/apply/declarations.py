@@ -24,10 +24,10 @@ from typing import Protocol, TypeVar
 from pyspark.sql import DataFrame, SparkSession
 
 from airflow_cdc.model import WINDOW_SNAPSHOT_PROPERTY
-from spark_jobs.apply.schema import Declaration
-from spark_jobs.changelog import recorded_declarations as read_record
-from spark_jobs.changelog import window_declarations
-from spark_jobs.commits import window_commit_and_since
+from airflow_cdc.spark_jobs.apply.schema import Declaration
+from airflow_cdc.spark_jobs.changelog import recorded_declarations as read_record
+from airflow_cdc.spark_jobs.changelog import window_declarations
+from airflow_cdc.spark_jobs.commits import window_commit_and_since
 
 
 class Checked(Protocol):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from airflow_cdc.model import CdcError
-from spark_jobs.apply.config import ApplyConfig
+from airflow_cdc.spark_jobs.apply.config import ApplyConfig
 
 
 class InjectedFault(CdcError):

@@ -45,10 +45,10 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
 from airflow_cdc.model import CHANGELOG_COLUMNS
-from spark_jobs.apply.schema import TablePlan
-from spark_jobs.apply.sql import Query, any_of, case_when, coalesce_false, name, string, temp_views
-from spark_jobs.apply.sql import frame as sql_frame
-from spark_jobs.apply.values import array_elements, bad_value, conversion_failed, typed_value
+from airflow_cdc.spark_jobs.apply.schema import TablePlan
+from airflow_cdc.spark_jobs.apply.sql import Query, any_of, case_when, coalesce_false, name, string, temp_views
+from airflow_cdc.spark_jobs.apply.sql import frame as sql_frame
+from airflow_cdc.spark_jobs.apply.values import array_elements, bad_value, conversion_failed, typed_value
 
 OPS = ("INSERT", "UPDATE", "DELETE", "READ")
 IMAGES = ("FULL", "PARTIAL")

@@ -41,14 +41,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_cdc.model import CdcError
-from spark_jobs.apply import compaction, declarations, truncates
-from spark_jobs.apply.config import ApplyConfig
-from spark_jobs.apply.dead_letters import commit_dead_letters
-from spark_jobs.apply.faults import InjectedFault
-from spark_jobs.apply.result import ApplyResult, TableResult
-from spark_jobs.apply.table_commits import commit_tables
-from spark_jobs.apply.table_fold import TableWork, fold_tables, release
-from spark_jobs.changelog import check_changelog_columns
+from airflow_cdc.spark_jobs.apply import compaction, declarations, truncates
+from airflow_cdc.spark_jobs.apply.config import ApplyConfig
+from airflow_cdc.spark_jobs.apply.dead_letters import commit_dead_letters
+from airflow_cdc.spark_jobs.apply.faults import InjectedFault
+from airflow_cdc.spark_jobs.apply.result import ApplyResult, TableResult
+from airflow_cdc.spark_jobs.apply.table_commits import commit_tables
+from airflow_cdc.spark_jobs.apply.table_fold import TableWork, fold_tables, release
+from airflow_cdc.spark_jobs.changelog import check_changelog_columns
 
 __all__ = ["ApplyError", "ApplyResult", "DeadLettersError", "InjectedFault", "TableResult", "apply_window"]
 

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
-from spark_jobs.apply.schema import TablePlan
-from spark_jobs.commits import current_summary
+from airflow_cdc.spark_jobs.apply.schema import TablePlan
+from airflow_cdc.spark_jobs.commits import current_summary
 
 
 def guard_rows_for(

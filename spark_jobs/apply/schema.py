@@ -37,9 +37,9 @@ from airflow_cdc.sources.column_types import (
     merged_spark_type,
     spark_sql_type,
 )
-from spark_jobs.apply.config import WRITE_MODES, ApplyConfig, TableName
-from spark_jobs.apply.sql import string
-from spark_jobs.changelog import Declaration
+from airflow_cdc.spark_jobs.apply.config import WRITE_MODES, ApplyConfig, TableName
+from airflow_cdc.spark_jobs.apply.sql import string
+from airflow_cdc.spark_jobs.changelog import Declaration
 
 KEY_COLUMNS_PROPERTY = "airflow-cdc.key-columns"
 CDC_COLUMNS: tuple[tuple[str, str, str], ...] = (
@@ -86,14 +86,14 @@ class TablePlan:
     @property
     def tombstones(self) -> TableName:
         assert self.target is not None
-        from spark_jobs.apply.config import TOMBSTONES_SUFFIX
+        from airflow_cdc.spark_jobs.apply.config import TOMBSTONES_SUFFIX
 
         return self.target.with_suffix(TOMBSTONES_SUFFIX)
 
     @property
     def history_table(self) -> TableName:
         assert self.target is not None
-        from spark_jobs.apply.config import HISTORY_SUFFIX
+        from airflow_cdc.spark_jobs.apply.config import HISTORY_SUFFIX
 
         return self.target.with_suffix(HISTORY_SUFFIX)
 

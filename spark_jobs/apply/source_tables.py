@@ -15,10 +15,10 @@ from collections.abc import Mapping, Sequence
 
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_jobs.apply import compaction
-from spark_jobs.apply.config import ApplyConfig, TableName
-from spark_jobs.apply.schema import set_write_mode, table_properties, write_mode_of, write_mode_properties
-from spark_jobs.commits import (
+from airflow_cdc.spark_jobs.apply import compaction
+from airflow_cdc.spark_jobs.apply.config import ApplyConfig, TableName
+from airflow_cdc.spark_jobs.apply.schema import set_write_mode, table_properties, write_mode_of, write_mode_properties
+from airflow_cdc.spark_jobs.commits import (
     commit_once,
     current_snapshot_id,
     sql_tagged,

@@ -29,12 +29,12 @@ from functools import partial
 from pyspark.sql import SparkSession
 
 from airflow_cdc.faults import crash_point
-from spark_jobs.apply.commit_threads import side_by_side
-from spark_jobs.apply.config import ApplyConfig, TableName
-from spark_jobs.apply.faults import fault
-from spark_jobs.apply.schema import create_namespaces, prepare_target
-from spark_jobs.apply.table_fold import TableWork, record_snapshots
-from spark_jobs.apply.targets import (
+from airflow_cdc.spark_jobs.apply.commit_threads import side_by_side
+from airflow_cdc.spark_jobs.apply.config import ApplyConfig, TableName
+from airflow_cdc.spark_jobs.apply.faults import fault
+from airflow_cdc.spark_jobs.apply.schema import create_namespaces, prepare_target
+from airflow_cdc.spark_jobs.apply.table_fold import TableWork, record_snapshots
+from airflow_cdc.spark_jobs.apply.targets import (
     append_target,
     append_tombstones,
     file_search,
@@ -43,7 +43,7 @@ from spark_jobs.apply.targets import (
     merge_tombstones,
     rewrites_nearly_every_file,
 )
-from spark_jobs.commits import commit_once, own_window_commit, window_properties
+from airflow_cdc.spark_jobs.commits import commit_once, own_window_commit, window_properties
 
 _FAULT_NAMES = {"target": "target", "tombstones": "tombstone", "history": "history"}
 _COUNTS = (

@@ -29,16 +29,16 @@ from dataclasses import dataclass, field
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
-from spark_jobs.apply.commit_threads import side_by_side
-from spark_jobs.apply.config import ApplyConfig
-from spark_jobs.apply.fold import dead_letter_rows, fold_table, folded_changes, ordered_changes, parse_changes
-from spark_jobs.apply.guard_keys import guard_keys_only
-from spark_jobs.apply.partitioning import fold_partitions_for, guard_rows_for
-from spark_jobs.apply.result import TableResult
-from spark_jobs.apply.schema import Declaration, TablePlan, plan_tables
-from spark_jobs.apply.truncates import Truncation, after_guard, table_guard
-from spark_jobs.checkpoints import release_checkpoint
-from spark_jobs.commits import WindowCommit, current_summary, table_before, window_commit
+from airflow_cdc.spark_jobs.apply.commit_threads import side_by_side
+from airflow_cdc.spark_jobs.apply.config import ApplyConfig
+from airflow_cdc.spark_jobs.apply.fold import dead_letter_rows, fold_table, folded_changes, ordered_changes, parse_changes
+from airflow_cdc.spark_jobs.apply.guard_keys import guard_keys_only
+from airflow_cdc.spark_jobs.apply.partitioning import fold_partitions_for, guard_rows_for
+from airflow_cdc.spark_jobs.apply.result import TableResult
+from airflow_cdc.spark_jobs.apply.schema import Declaration, TablePlan, plan_tables
+from airflow_cdc.spark_jobs.apply.truncates import Truncation, after_guard, table_guard
+from airflow_cdc.spark_jobs.checkpoints import release_checkpoint
+from airflow_cdc.spark_jobs.commits import WindowCommit, current_summary, table_before, window_commit
 
 
 @dataclass

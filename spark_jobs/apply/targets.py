@@ -27,11 +27,11 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from airflow_cdc.model import format_ts
-from spark_jobs.commits import append_tagged, sql_tagged
-from spark_jobs.apply.fold import fold_columns, key_columns, stored_key_text
-from spark_jobs.apply.schema import TablePlan
-from spark_jobs.apply.sql import name as quoted
-from spark_jobs.apply.values import typed_value
+from airflow_cdc.spark_jobs.commits import append_tagged, sql_tagged
+from airflow_cdc.spark_jobs.apply.fold import fold_columns, key_columns, stored_key_text
+from airflow_cdc.spark_jobs.apply.schema import TablePlan
+from airflow_cdc.spark_jobs.apply.sql import name as quoted
+from airflow_cdc.spark_jobs.apply.values import typed_value
 
 
 def _key_match(plan: TablePlan) -> str:

@@ -35,11 +35,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from airflow_cdc.model import InvalidIdentifierError, Op, format_ts
-from spark_jobs.apply.config import ApplyConfig, TableName
-from spark_jobs.apply.result import ApplyResult, TableResult
-from spark_jobs.apply.schema import table_properties
-from spark_jobs.apply.sql import string
-from spark_jobs.commits import sql_tagged, summary_with
+from airflow_cdc.spark_jobs.apply.config import ApplyConfig, TableName
+from airflow_cdc.spark_jobs.apply.result import ApplyResult, TableResult
+from airflow_cdc.spark_jobs.apply.schema import table_properties
+from airflow_cdc.spark_jobs.apply.sql import string
+from airflow_cdc.spark_jobs.commits import sql_tagged, summary_with
 
 TRUNCATE = Op.TRUNCATE.value
 #: Target table property: hex of the greatest truncate ordering key applied to the table.

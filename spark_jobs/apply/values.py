@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 
-from spark_jobs.apply.sql import string
+from airflow_cdc.spark_jobs.apply.sql import string
 
 _BASE64 = r"^[A-Za-z0-9+/\s]*={0,2}\s*$"
 _ARRAY = re.compile(r"^array<(.+)>$")

@@ -71,7 +71,7 @@ def test_a_driver_elsewhere_gets_a_private_file_deleted_when_the_job_ends(tmp_pa
 
 
 def test_the_extract_job_deletes_a_secret_file_once_read(tmp_path):
-    from spark_jobs.extract import forget_secret_file
+    from airflow_cdc.spark_jobs.extract import forget_secret_file
 
     secret = tmp_path / "source-overrides.json"
     secret.write_text(json.dumps({"connection": {"access_token": CANARY}}))

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_cdc.demo.services import AirflowServices
+from demo.services import AirflowServices
 from airflow_cdc.model import Window, WindowState, format_ts
 from airflow_cdc.state import StateStore
 

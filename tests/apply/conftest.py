@@ -1,7 +1,7 @@
 """Fixtures of the apply tests: a fresh namespace of the shared ``lake`` catalog per test or module.
 
 Tests build ChangeRow values (no source needed), append them to a changelog table, run
-:func:`spark_jobs.apply.apply_window` on the suite's one SparkSession, and read the results back
+:func:`airflow_cdc.spark_jobs.apply.apply_window` on the suite's one SparkSession, and read the results back
 both with Spark and with pyiceberg (see ``support.py``).
 """
 

@@ -1,7 +1,7 @@
 """Helpers for apply tests: change rows written straight into a changelog table, configs, readers.
 
 Tests build ChangeRow values (no source needed), append them to a changelog table of the
-shared ``lake`` catalog, run :func:`spark_jobs.apply.apply_window` on the shared session, and
+shared ``lake`` catalog, run :func:`airflow_cdc.spark_jobs.apply.apply_window` on the shared session, and
 read the results back both with Spark and with pyiceberg (an independent reader of the same
 Iceberg metadata).
 """
@@ -86,7 +86,7 @@ class Changes:
 
 
 def changelog_schema():
-    from spark_jobs.changelog import changelog_schema as schema
+    from airflow_cdc.spark_jobs.changelog import changelog_schema as schema
 
     return schema()
 
@@ -141,7 +141,7 @@ class Lake:
         write_changelog(self.spark, self.changelog, rows)
 
     def apply(self, win: Window, **overrides):
-        from spark_jobs.apply import apply_window
+        from airflow_cdc.spark_jobs.apply import apply_window
 
         return apply_window(self.spark, self.config(win, **overrides))
 
@@ -150,10 +150,10 @@ class Lake:
         """The works of ``win``'s folds, folded and not applied (released on exit)."""
         from functools import partial
 
-        from spark_jobs.apply.config import ApplyConfig
-        from spark_jobs.apply.declarations import fold_from_declarations
-        from spark_jobs.apply.job import window_rows
-        from spark_jobs.apply.table_fold import fold_tables, release
+        from airflow_cdc.spark_jobs.apply.config import ApplyConfig
+        from airflow_cdc.spark_jobs.apply.declarations import fold_from_declarations
+        from airflow_cdc.spark_jobs.apply.job import window_rows
+        from airflow_cdc.spark_jobs.apply.table_fold import fold_tables, release
 
         config = ApplyConfig.from_dict(self.config(win, **overrides))
         rows = window_rows(self.spark, config)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from spark_jobs import apply_job
+from airflow_cdc.spark_jobs import apply_job
 
 from .support import Changes, at, values_of, window
 
@@ -53,7 +53,7 @@ def test_entry_point_refuses_a_bad_config_before_starting_spark(tmp_path, capsys
 def test_a_changelog_of_the_old_json_text_format_is_refused_naming_the_columns_and_the_fix(lake):
     import pytest
 
-    from spark_jobs.changelog import ChangelogFormatError
+    from airflow_cdc.spark_jobs.changelog import ChangelogFormatError
 
     lake.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS lake.{lake.namespace}")
     lake.spark.sql(

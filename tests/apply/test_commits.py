@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from spark_jobs.commits import (
+from airflow_cdc.spark_jobs.commits import (
     _iceberg_table,
     _metadata_snapshots,
     _snapshots_table_commit,

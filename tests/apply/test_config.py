@@ -6,8 +6,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from spark_jobs.apply import ApplyConfig, ApplyConfigError
-from spark_jobs.apply.config import TableName
+from airflow_cdc.spark_jobs.apply import ApplyConfig, ApplyConfigError
+from airflow_cdc.spark_jobs.apply.config import TableName
 
 BASE = {
     "stream": "orders",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_cdc.model import WINDOW_SNAPSHOT_PROPERTY
-from spark_jobs.apply import InjectedFault
+from airflow_cdc.spark_jobs.apply import InjectedFault
 
 from .support import Changes, Lake, at, values_of, window
 

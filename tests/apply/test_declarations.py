@@ -18,7 +18,7 @@ W0, W1 = window(0), window(1)
 
 def window_frame(lake, *changes: Changes, win):
     """The window's change rows as a changelog frame."""
-    from spark_jobs.changelog import changelog_schema
+    from airflow_cdc.spark_jobs.changelog import changelog_schema
 
     rows = [row for c in changes for row in c.rows if row.window_id == win.window_id]
     records = [change_row_to_record(row) for row in rows]
@@ -27,7 +27,7 @@ def window_frame(lake, *changes: Changes, win):
 
 def write_recorded(lake, *changes: Changes, win, declarations=None) -> None:
     """Commit the window's rows as the extract does: one tagged commit recording its declarations."""
-    from spark_jobs.changelog import append_window, create_changelog_table, window_declarations
+    from airflow_cdc.spark_jobs.changelog import append_window, create_changelog_table, window_declarations
 
     frame = window_frame(lake, *changes, win=win)
     create_changelog_table(lake.spark, lake.changelog)
@@ -48,7 +48,7 @@ def accounts_history() -> Changes:
 
 
 def test_the_window_commit_records_its_declarations(lake):
-    from spark_jobs.changelog import recorded_declarations, window_declarations
+    from airflow_cdc.spark_jobs.changelog import recorded_declarations, window_declarations
 
     accounts = accounts_history()
     write_recorded(lake, accounts, win=W1)
@@ -94,7 +94,7 @@ def test_rows_deleted_from_the_changelog_after_its_commit_are_not_applied(lake):
 
 
 def test_a_record_whose_table_counts_differ_from_the_rows_is_not_used(lake):
-    from spark_jobs.changelog import window_declarations
+    from airflow_cdc.spark_jobs.changelog import window_declarations
 
     accounts = accounts_history()
     singers = Changes("Singers", {"id": "INT64", "name": "STRING"})
@@ -110,7 +110,7 @@ def test_a_record_whose_table_counts_differ_from_the_rows_is_not_used(lake):
 
 
 def test_a_record_that_does_not_account_for_the_commit_is_not_used():
-    from spark_jobs.changelog import DECLARATIONS_PROPERTY, recorded_declarations
+    from airflow_cdc.spark_jobs.changelog import DECLARATIONS_PROPERTY, recorded_declarations
 
     record = '[["Accounts","{\\"id\\":\\"INT64\\"}",2,"2024-05-01T10:00:01.000000Z"]]'
     [declaration] = recorded_declarations({DECLARATIONS_PROPERTY: record, "added-records": "2"})
@@ -121,7 +121,7 @@ def test_a_record_that_does_not_account_for_the_commit_is_not_used():
 
 
 def test_a_record_past_the_size_limit_is_left_out_of_the_summary():
-    from spark_jobs.changelog import DECLARATIONS_LIMIT, Declaration, declarations_properties
+    from airflow_cdc.spark_jobs.changelog import DECLARATIONS_LIMIT, Declaration, declarations_properties
 
     wide = Declaration("Wide", "x" * DECLARATIONS_LIMIT, 1, None)
     assert declarations_properties([wide]) == {}
@@ -129,7 +129,7 @@ def test_a_record_past_the_size_limit_is_left_out_of_the_summary():
 
 
 def test_a_window_with_a_record_is_planned_without_aggregating_its_rows(lake, monkeypatch):
-    import spark_jobs.apply.declarations as job
+    import airflow_cdc.spark_jobs.apply.declarations as job
 
     def aggregate(rows):
         raise AssertionError("the window's rows were aggregated although its commit records its declarations")
@@ -153,7 +153,7 @@ def test_a_second_commit_of_the_window_makes_apply_aggregate_its_rows(lake):
 def test_a_table_the_record_would_dead_letter_whole_is_checked_against_its_rows(lake):
     # The record leaves out the declaration that types the key column: planned from it, the
     # table would be dead-lettered whole with "no type"; its rows say otherwise.
-    from spark_jobs.changelog import window_declarations
+    from airflow_cdc.spark_jobs.changelog import window_declarations
 
     accounts = accounts_history()
     frame = window_frame(lake, accounts, win=W0)

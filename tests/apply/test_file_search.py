@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs.apply.targets import RUNTIME_GROUP_FILTER, rewrites_nearly_every_file
+from airflow_cdc.spark_jobs.apply.targets import RUNTIME_GROUP_FILTER, rewrites_nearly_every_file
 
 from .support import Changes, at, window
 
@@ -48,7 +48,7 @@ def test_the_session_setting_is_as_before_after_a_merge_that_skipped_the_search(
 @pytest.mark.parametrize("failing, other", [("Items", "Notes"), ("Notes", "Items")])
 def test_a_table_failing_in_one_file_search_group_leaves_the_other_groups_tables_committed(
         lake, monkeypatch, failing, other):
-    import spark_jobs.apply.table_commits as table_commits
+    import airflow_cdc.spark_jobs.apply.table_commits as table_commits
 
     items = Changes("Items", {"id": "INT64", "v": "STRING"})  # W1 rewrites every file: skips the search
     notes = Changes("Notes", {"id": "INT64", "v": "STRING"})  # new in W1: appended, keeps the search

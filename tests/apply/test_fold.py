@@ -167,7 +167,7 @@ def test_a_table_wider_than_one_packed_flag_word_folds_every_column(lake):
     ],
 )
 def test_fold_tasks_are_whole_waves_of_the_cores_with_bounded_rows(rows, parallelism, rows_per_task, tasks):
-    from spark_jobs.apply.partitioning import fold_partitions
+    from airflow_cdc.spark_jobs.apply.partitioning import fold_partitions
 
     assert fold_partitions(rows, parallelism, rows_per_task) == tasks
 
@@ -191,8 +191,8 @@ def test_one_statement_folds_a_table_as_its_two_statements_do(applied, monkeypat
     # A table without history folds in one statement (fold.folded_changes); the same window
     # folded as ordered_changes then fold_table (the history's two statements) gives the same
     # row per key: guard, redelivery, clash, stale, partial and full images alike.
-    from spark_jobs.apply import table_fold
-    from spark_jobs.apply.fold import fold_table, ordered_changes
+    from airflow_cdc.spark_jobs.apply import table_fold
+    from airflow_cdc.spark_jobs.apply.fold import fold_table, ordered_changes
 
     lake, _ = applied
     w2 = window(2)

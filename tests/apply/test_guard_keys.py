@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs.apply import guard_keys
-from spark_jobs.apply.guard_keys import guard_keys_only
+from airflow_cdc.spark_jobs.apply import guard_keys
+from airflow_cdc.spark_jobs.apply.guard_keys import guard_keys_only
 
 from .support import Changes, Lake, at, values_of, window
 
@@ -76,7 +76,7 @@ def test_the_window_keys_guard_decides_as_every_keys_guard_does(both):
 
 def _fold_plan(lake: Lake, overrides: dict, monkeypatch) -> str:
     """The physical plan of window 3's fold statement (not applied)."""
-    from spark_jobs.apply import table_fold
+    from airflow_cdc.spark_jobs.apply import table_fold
 
     plans = []
     fold_statement = table_fold.folded_changes

@@ -64,7 +64,7 @@ def test_the_open_versions_of_the_history_are_the_target(applied):
 def test_the_history_merge_run_again_on_its_own_result_changes_no_version(module_lake, monkeypatch):
     """A window's history MERGE run a second time, reading the table after the first one's
     commit (the race ``table_commits`` narrows to milliseconds), leaves the history as it was."""
-    import spark_jobs.apply.table_commits as table_commits
+    import airflow_cdc.spark_jobs.apply.table_commits as table_commits
 
     lake = module_lake.sibling("history_again")
     items = Changes("Items", TYPES)

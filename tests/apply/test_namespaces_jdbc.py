@@ -37,7 +37,7 @@ def test_the_first_windows_apply_of_two_tables_on_a_new_jdbc_catalog_creates_the
 ):
     import psycopg
 
-    from spark_jobs.apply import apply_window
+    from airflow_cdc.spark_jobs.apply import apply_window
 
     win = window(0)
     orders, items = Changes("orders", {"id": "INT64", "v": "STRING"}), Changes("items", {"id": "INT64"})

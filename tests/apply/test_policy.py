@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_cdc.model import WINDOW_SNAPSHOT_PROPERTY
-from spark_jobs.apply import DeadLettersError
+from airflow_cdc.spark_jobs.apply import DeadLettersError
 
 from .support import Changes, at, values_of, window
 

@@ -10,8 +10,8 @@ W0 = window(0)
 
 
 def _tables(lake):
-    from spark_jobs.apply.config import ApplyConfig
-    from spark_jobs.apply.source_tables import WindowTables
+    from airflow_cdc.spark_jobs.apply.config import ApplyConfig
+    from airflow_cdc.spark_jobs.apply.source_tables import WindowTables
 
     config = {"catalog": "lake", "stream": "s", "window_id": W0.window_id, "changelog_table": "x.changelog",
               "targets": {"namespace": lake.namespace}}

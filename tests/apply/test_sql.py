@@ -6,7 +6,7 @@ import uuid
 
 
 def test_a_string_literal_reads_back_as_the_same_text(spark):
-    from spark_jobs.apply.sql import string
+    from airflow_cdc.spark_jobs.apply.sql import string
 
     texts = ["plain", "it's", "back\\slash", "\\'", "two\nlines", "tab\there", "é ü \u0001", "{braces} :param ?", "",
              "${env:HOME} ${spark.app.name} $"]  # not substituted by Spark
@@ -15,14 +15,14 @@ def test_a_string_literal_reads_back_as_the_same_text(spark):
 
 
 def test_a_quoted_name_reads_a_column_whose_name_needs_quoting(spark):
-    from spark_jobs.apply.sql import name
+    from airflow_cdc.spark_jobs.apply.sql import name
 
     frame = spark.createDataFrame([(1,)], "`odd name` int")
     assert frame.selectExpr(f"{name('odd name')} + 1 AS v").first().v == 2
 
 
 def test_each_stage_of_a_query_reads_the_one_before(spark):
-    from spark_jobs.apply.sql import Query, frame, temp_views
+    from airflow_cdc.spark_jobs.apply.sql import Query, frame, temp_views
 
     numbers = spark.range(6)
     with temp_views(spark, {"numbers": numbers}) as views:
@@ -34,7 +34,7 @@ def test_each_stage_of_a_query_reads_the_one_before(spark):
 
 
 def test_a_shared_stage_is_read_twice_in_one_statement(spark):
-    from spark_jobs.apply.sql import Query, frame, temp_views
+    from airflow_cdc.spark_jobs.apply.sql import Query, frame, temp_views
 
     with temp_views(spark, {"numbers": spark.range(4)}) as views:
         query = Query(views["numbers"])
@@ -47,7 +47,7 @@ def test_a_shared_stage_is_read_twice_in_one_statement(spark):
 
 
 def test_views_are_gone_after_the_block_and_the_frame_still_reads(spark):
-    from spark_jobs.apply.sql import frame, temp_views
+    from airflow_cdc.spark_jobs.apply.sql import frame, temp_views
 
     with temp_views(spark, {"numbers": spark.range(3)}) as views:
         result = frame(spark, f"SELECT id FROM {views['numbers']}")
@@ -60,7 +60,7 @@ def test_an_observation_of_a_frame_behind_a_view_reports(spark):
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    from spark_jobs.apply.sql import frame, temp_views
+    from airflow_cdc.spark_jobs.apply.sql import frame, temp_views
 
     observation = Observation(f"test_{uuid.uuid4().hex}")
     observed = spark.range(5).observe(observation, F.count(F.lit(1)).alias("rows"))

@@ -8,7 +8,7 @@ import pytest
 def test_array_elements_read_every_json_array_as_from_json_does(spark):
     from pyspark.sql import functions as F
 
-    from spark_jobs.apply.values import array_elements
+    from airflow_cdc.spark_jobs.apply.values import array_elements
 
     texts = ['["a","t3"]', '["a"]', '[""]', '["","x"]', '["x,y","z"]', '["é"]', "[]",  # plain: cut apart
              '[null,"a"]', "[1,2]", '["a\\"b","c"]', '["a", "b"]', "not json", None]  # the rest: parsed
@@ -44,7 +44,7 @@ CONVERSIONS = [
 def test_value_texts_convert_exactly_or_to_null_in_ansi_and_legacy_sessions(spark, ansi):
     from pyspark.sql import functions as F
 
-    from spark_jobs.apply.values import bad_value, typed_value
+    from airflow_cdc.spark_jobs.apply.values import bad_value, typed_value
 
     previous = spark.conf.get("spark.sql.ansi.enabled")
     spark.conf.set("spark.sql.ansi.enabled", ansi)
@@ -77,7 +77,7 @@ def test_timestamp_texts_read_as_the_same_instants_in_utc_and_other_session_zone
     # every text must still give the instant it gives in a session of another zone.
     from pyspark.sql import functions as F
 
-    from spark_jobs.apply.values import typed_value
+    from airflow_cdc.spark_jobs.apply.values import typed_value
 
     frame = spark.createDataFrame([(t,) for t in TIMESTAMP_TEXTS], "raw string")
 

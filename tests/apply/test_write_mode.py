@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from spark_jobs.apply.compaction import compact
-from spark_jobs.apply.config import TableName
+from airflow_cdc.spark_jobs.apply.compaction import compact
+from airflow_cdc.spark_jobs.apply.config import TableName
 
 from .support import Changes, Lake, at, business, normalized, values_of, window
 
@@ -117,7 +117,7 @@ def test_apply_compacts_a_merge_on_read_target_once_it_holds_enough_delete_files
 
 
 def test_a_failed_compaction_leaves_the_window_applied_and_names_the_table(lake, monkeypatch):
-    from spark_jobs.apply import compaction
+    from airflow_cdc.spark_jobs.apply import compaction
 
     def refused(spark, table):  # as a commit that lost to another writer would fail
         raise RuntimeError("org.apache.iceberg.exceptions.ValidationException: found conflicting files")
@@ -133,8 +133,8 @@ def test_a_failed_compaction_leaves_the_window_applied_and_names_the_table(lake,
 
 
 def test_a_sources_own_table_is_created_in_the_write_mode_and_an_existing_one_takes_a_new_mode(module_lake):
-    from spark_jobs.apply.config import ApplyConfig
-    from spark_jobs.apply.source_tables import WindowTables
+    from airflow_cdc.spark_jobs.apply.config import ApplyConfig
+    from airflow_cdc.spark_jobs.apply.source_tables import WindowTables
 
     lake = module_lake
     table = lake.table("Own_cells")

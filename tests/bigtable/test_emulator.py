@@ -9,7 +9,7 @@ import pytest
 from google.api_core import exceptions
 from google.cloud.bigtable_v2 import types as bt
 
-from airflow_cdc.emulators.bigtable import (
+from airflow_cdc_emulators.bigtable import (
     GARBAGE_COLLECTION,
     BigtableEmulator,
     BigtableHistory,
@@ -22,7 +22,7 @@ from airflow_cdc.emulators.bigtable import (
     read_all,
     read_partition,
 )
-from airflow_cdc.emulators.bigtable.timeline import to_datetime, to_micros
+from airflow_cdc_emulators.bigtable.timeline import to_datetime, to_micros
 
 START = datetime(2025, 1, 6, 8, 0, tzinfo=timezone.utc)
 HOURS = 1.0

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_cdc.emulators.bigtable import BigtableEmulator, generate_history
+from airflow_cdc_emulators.bigtable import BigtableEmulator, generate_history
 
 START = datetime(2025, 1, 6, 8, 0, tzinfo=timezone.utc)
 

@@ -19,7 +19,7 @@ from datetime import timedelta
 
 import pytest
 
-from airflow_cdc.demo.live_bigtable import EVIDENCE_DELAY_SECONDS, LiveSettings, run_live
+from demo.live_bigtable import EVIDENCE_DELAY_SECONDS, LiveSettings, run_live
 
 pytestmark = pytest.mark.live  # make test-live (CI runs it after make test)
 

@@ -13,8 +13,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_cdc.emulators.bigtable import BigtableEmulator, generate_history
-from airflow_cdc.emulators.bigtable.timeline import to_datetime
+from airflow_cdc_emulators.bigtable import BigtableEmulator, generate_history
+from airflow_cdc_emulators.bigtable.timeline import to_datetime
 from airflow_cdc.model import Window
 from airflow_cdc.sources.registry import build_source, source_spec
 

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_cdc.emulators.bigtable import BigtableEmulator, generate_history
+from airflow_cdc_emulators.bigtable import BigtableEmulator, generate_history
 from airflow_cdc.model import PartitionPosition, Window
 from airflow_cdc.pipeline.partition_lineage import WindowLineage, run_rounds
 from airflow_cdc.sources.bigtable.partitions import KeySpaceError, PartitionName, RowRange

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from airflow_cdc.emulators.bigtable import BigtableEmulator, generate_history
+from airflow_cdc_emulators.bigtable import BigtableEmulator, generate_history
 from tests.warm import stop_warm_drivers, warm_driver_env
 
 pytestmark = pytest.mark.long  # make test-long (CI runs it); make test keeps the Spanner DAG's run

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_cdc.demo.live_commit_ts import SAFETY_MARGIN_SECONDS, LiveSettings, run_live
+from demo.live_commit_ts import SAFETY_MARGIN_SECONDS, LiveSettings, run_live
 
 pytestmark = pytest.mark.live  # make test-live (CI runs it after make test)
 

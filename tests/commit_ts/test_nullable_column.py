@@ -89,8 +89,8 @@ def test_skip_null_rows_is_recorded_in_the_stream_spec_only_when_set():
 
 
 def test_a_stream_on_a_nullable_commit_timestamp_column_is_refused_before_any_window(tmp_path):
-    from airflow_cdc.emulators.spanner import SpannerEmulator
-    from airflow_cdc.emulators.spanner.tables import DatabaseSchema, VersionedDatabase
+    from airflow_cdc_emulators.spanner import SpannerEmulator
+    from airflow_cdc_emulators.spanner.tables import DatabaseSchema, VersionedDatabase
 
     from .test_windows import T0, Stream, windows
 

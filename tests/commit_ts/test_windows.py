@@ -16,7 +16,7 @@ from decimal import Decimal
 
 import pytest
 
-from airflow_cdc.emulators.spanner import (
+from airflow_cdc_emulators.spanner import (
     COMMIT_TIMESTAMP,
     COMMIT_TIMESTAMP_SCHEMA,
     SpannerEmulator,
@@ -33,8 +33,8 @@ from airflow_cdc.sources.spanner_commit_ts.errors import (
     RetentionExceededError,
 )
 from airflow_cdc.state import StateStore
-from spark_jobs import apply_job
-from spark_jobs.extract import extract_window
+from airflow_cdc.spark_jobs import apply_job
+from airflow_cdc.spark_jobs.extract import extract_window
 
 T0 = datetime(2025, 1, 6, 8, 0, tzinfo=timezone.utc)
 WINDOW = timedelta(minutes=10)

@@ -31,8 +31,8 @@ PLAIN_TABLES = ("Orders", "Documents", "Customers", "Events")
 def replay(airflow_db, tmp_path_factory):
     from airflow.dag_processing.dagbag import DagBag
 
-    from airflow_cdc.demo.compare import latest_metadata
-    from airflow_cdc.emulators.spanner import SpannerEmulator, generate_commit_timestamp_tables
+    from demo.compare import latest_metadata
+    from airflow_cdc_emulators.spanner import SpannerEmulator, generate_commit_timestamp_tables
 
     base = tmp_path_factory.mktemp("commit-ts-dag")
     tables = generate_commit_timestamp_tables(seed=11, duration=timedelta(minutes=40),
@@ -94,7 +94,7 @@ def store():
 def test_every_window_run_succeeds_and_its_targets_equal_the_truth(replay):
     from airflow.utils.state import DagRunState
 
-    from airflow_cdc.demo.commit_ts import compare
+    from demo.commit_ts import compare
 
     result = compare(replay["base"], replay["tables"], replay["ends"][:2], log=print)
 
@@ -137,8 +137,8 @@ def test_a_window_past_the_retention_fails_its_plan_and_opens_no_window(replay):
 def test_after_a_reseed_the_window_reads_the_tables_whole_at_the_reseed_instant(replay):
     from airflow.utils.state import DagRunState
 
-    from airflow_cdc.demo.commit_ts import SOFT_DELETE, NAMESPACE
-    from airflow_cdc.demo.compare import read_iceberg_rows
+    from demo.commit_ts import SOFT_DELETE, NAMESPACE
+    from demo.compare import read_iceberg_rows
 
     tables, at = replay["tables"], replay["reseed_at"]
     third = store().get_window(STREAM, replay["ends"][1])

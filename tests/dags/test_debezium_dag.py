@@ -177,7 +177,7 @@ def test_the_window_summary_counts_the_truncate(replay):
 def test_clearing_and_rerunning_a_window_changes_nothing(replay):
     from airflow.utils.state import DagRunState
 
-    from airflow_cdc.demo.compare import latest_metadata
+    from demo.compare import latest_metadata
     from airflow_cdc.state import StateStore
 
     base = replay["base"]

@@ -55,7 +55,7 @@ def captured_output(path: Path):
 def replay(airflow_db, tmp_path_factory):
     from airflow.dag_processing.dagbag import DagBag
 
-    from airflow_cdc.emulators.spanner import SpannerChangeStreamEmulator, generate_history
+    from airflow_cdc_emulators.spanner import SpannerChangeStreamEmulator, generate_history
 
     base = tmp_path_factory.mktemp("spanner-dag")
     history = generate_history(
@@ -137,7 +137,7 @@ def test_every_window_run_succeeds(replay):
 
 
 def test_targets_equal_the_true_state_at_the_last_window_end(replay):
-    from airflow_cdc.demo.compare import compare_table, read_iceberg_rows
+    from demo.compare import compare_table, read_iceberg_rows
 
     history = replay["history"]
     truth = history.state_at(replay["ends"][-1] - timedelta(microseconds=1))
@@ -181,7 +181,7 @@ def test_gate_publishes_the_window_summary_in_xcom(replay):
 def test_clearing_and_rerunning_a_middle_window_changes_nothing(replay):
     from airflow.utils.state import DagRunState
 
-    from airflow_cdc.demo.compare import latest_metadata
+    from demo.compare import latest_metadata
 
     warehouse = replay["base"] / "warehouse"
     tables = [warehouse / "cdc" / "allchanges_changelog"] + [

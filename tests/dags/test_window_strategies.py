@@ -29,7 +29,7 @@ TABLES = ("Accounts", "Orders", "Documents")
 
 @pytest.fixture(scope="module")
 def replay(airflow_db, tmp_path_factory):
-    from airflow_cdc.emulators.spanner import SpannerChangeStreamEmulator, generate_history
+    from airflow_cdc_emulators.spanner import SpannerChangeStreamEmulator, generate_history
 
     base = tmp_path_factory.mktemp("window-strategies")
     history = generate_history(seed=9, start=START, duration=WINDOW, changes_per_second=0.3,
@@ -80,7 +80,7 @@ def store():
 
 
 def metadata(table_dir: Path) -> dict:
-    from airflow_cdc.demo.compare import latest_metadata
+    from demo.compare import latest_metadata
 
     return json.loads(latest_metadata(table_dir).read_text())
 
@@ -146,7 +146,7 @@ def test_the_apply_task_records_the_target_snapshots_the_extract_job_committed(r
 
 
 def test_targets_equal_the_true_state_after_the_empty_window(replay):
-    from airflow_cdc.demo.compare import compare_table, read_iceberg_rows
+    from demo.compare import compare_table, read_iceberg_rows
 
     history = replay["history"]
     truth = history.state_at(ENDS[-1] - timedelta(microseconds=1))

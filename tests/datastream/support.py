@@ -109,7 +109,7 @@ def run_extract(spark, namespace: str, work: Path, win: Window, files: list[Path
     source spec.
     """
     from airflow_cdc.operators.datastream import datastream_stream_config
-    from spark_jobs.extract import extract_window
+    from airflow_cdc.spark_jobs.extract import extract_window
 
     positions = [
         PartitionPosition(str(f), win.start, resume_position=event_file_format(str(f)))
@@ -137,7 +137,7 @@ def run_extract(spark, namespace: str, work: Path, win: Window, files: list[Path
 
 
 def apply(spark, namespace: str, win: Window, history: list[str] | None = None) -> dict:
-    from spark_jobs.apply import apply_window
+    from airflow_cdc.spark_jobs.apply import apply_window
 
     return apply_window(spark, {
         "catalog": "lake",

@@ -27,7 +27,7 @@ DAG_ID = "datastream_to_iceberg"
 def replay(airflow_db, tmp_path_factory):
     from airflow.dag_processing.dagbag import DagBag
 
-    from airflow_cdc.demo.datastream import START, environment, generate_history, run_windows
+    from demo.datastream import START, environment, generate_history, run_windows
 
     base = tmp_path_factory.mktemp("datastream-dag")
     prefix = base / "landing" / "shop"
@@ -60,7 +60,7 @@ def test_the_window_run_succeeds(replay):
 
 
 def test_targets_equal_the_true_state_of_the_source_tables(replay):
-    from airflow_cdc.demo.datastream import compare_targets
+    from demo.datastream import compare_targets
 
     result = compare_targets(replay["base"] / "warehouse", replay["history"].truth)
 
@@ -102,7 +102,7 @@ def test_clearing_and_rerunning_the_window_changes_no_table_and_no_state(replay)
     """I1 through Airflow: the re-run re-plans the same files, finds every commit made, skips."""
     from airflow.utils.state import DagRunState
 
-    from airflow_cdc.demo.compare import latest_metadata
+    from demo.compare import latest_metadata
 
     warehouse = replay["base"] / "warehouse"
     tables = sorted(p.parent for p in warehouse.glob("*/*/metadata"))
@@ -125,7 +125,7 @@ def test_clearing_and_rerunning_the_window_changes_no_table_and_no_state(replay)
 
 def test_oracle_target_has_one_row_per_declared_key_with_moved_rows_latest_values(replay):
     """Rows that moved to a new ROWID in the window leave no ghost under the old one."""
-    from airflow_cdc.demo.compare import read_iceberg_rows
+    from demo.compare import read_iceberg_rows
 
     history = replay["history"]
     window_end = history.window_end(0)
@@ -150,7 +150,7 @@ def test_oracle_target_has_one_row_per_declared_key_with_moved_rows_latest_value
 def test_datetime_and_decimal_columns_have_exact_iceberg_types_and_values(replay):
     from pyiceberg.types import DecimalType, TimestampType
 
-    from airflow_cdc.demo.compare import iceberg_column_types, read_iceberg_rows
+    from demo.compare import iceberg_column_types, read_iceberg_rows
 
     current = replay["base"] / "warehouse" / "current"
     folders = {p.name.lower(): p for p in current.iterdir()}

@@ -244,7 +244,7 @@ class TestKeysLookedUpAtPlanTime:
         from airflow_cdc.operators.datastream import DatastreamPipeline
         from airflow_cdc.pipeline.files import WindowPlanFile
         from airflow_cdc.state import StateStore
-        from spark_jobs.extract import extract_window
+        from airflow_cdc.spark_jobs.extract import extract_window
 
         namespace = "ds_keys_lookup"
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS lake.{namespace}")

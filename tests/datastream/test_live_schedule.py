@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_cdc.demo.live_datastream import LiveSettings, run_live
+from demo.live_datastream import LiveSettings, run_live
 
 pytestmark = pytest.mark.live  # make test-live (CI runs it); make test keeps Bigtable's live test
 

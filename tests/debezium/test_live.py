@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_cdc.demo.live_debezium import (
+from demo.live_debezium import (
     LiveSettings,
     drop_slot,
     evidence_delay_seconds,

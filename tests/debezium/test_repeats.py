@@ -30,7 +30,7 @@ def records(*events, window_id="w1", event_id=None):
 
 
 def frame_of(spark, rows):
-    from spark_jobs.changelog import changelog_schema
+    from airflow_cdc.spark_jobs.changelog import changelog_schema
 
     return spark.createDataFrame(list(rows), changelog_schema())
 

@@ -46,7 +46,7 @@ def rows_of(events, window: Window):
 
 @pytest.fixture
 def lake_table(spark):
-    from spark_jobs.changelog import changelog_schema
+    from airflow_cdc.spark_jobs.changelog import changelog_schema
 
     table = f"lake.dbz_txn.changelog_{next(_tables)}"
     spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.dbz_txn")
@@ -55,7 +55,7 @@ def lake_table(spark):
 
 
 def check(spark, sink, table, window_events, ends):
-    from spark_jobs.changelog import changelog_schema
+    from airflow_cdc.spark_jobs.changelog import changelog_schema
 
     write(sink, TRANSACTIONS, 0, ends)
     write(sink, HEARTBEATS, 0, [{"ts_ms": millis(T0 + timedelta(minutes=30))}])
@@ -80,7 +80,7 @@ def test_a_window_short_of_a_committed_transactions_events_is_refused_naming_it(
 def test_a_transactions_events_committed_by_an_earlier_window_count(spark, tmp_path, lake_table):
     first = in_transaction(change("c", 1, T0 + timedelta(minutes=1), 100), "tx-9", 1)
     second = in_transaction(change("c", 2, T0 + timedelta(minutes=1), 101), "tx-9", 2)
-    from spark_jobs.changelog import changelog_schema
+    from airflow_cdc.spark_jobs.changelog import changelog_schema
 
     spark.createDataFrame(list(rows_of([first], EARLIER)), changelog_schema()).writeTo(lake_table).append()
 

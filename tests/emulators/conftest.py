@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from spanner_reading import PG_DATABASE, SMALL_HISTORY, ChangeStreamReader, spanner_database
 
-from airflow_cdc.emulators.spanner import History, SpannerChangeStreamEmulator
+from airflow_cdc_emulators.spanner import History, SpannerChangeStreamEmulator
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.cloud import spanner
 from google.cloud.spanner_v1 import TypeCode, param_types
 
-from airflow_cdc.emulators.spanner import HistoryConfig
+from airflow_cdc_emulators.spanner import HistoryConfig
 from airflow_cdc.model import parse_ts
 
 # Small enough to read whole through the client in a few seconds, yet with every feature:

@@ -15,7 +15,7 @@ import pytest
 from google.api_core import exceptions
 from google.cloud import dataproc_v1
 
-from airflow_cdc.emulators.dataproc import (
+from airflow_cdc_emulators.dataproc import (
     DATAPROC_EMULATOR_HOST,
     DataprocEmulator,
     dataproc_client,
@@ -395,7 +395,7 @@ def test_client_reaches_the_emulator_through_dataproc_emulator_host(
 @pytest.fixture
 def standalone_master(tmp_path):
     """A Spark standalone master and one 1-core worker on 127.0.0.1 (killed afterwards)."""
-    from airflow_cdc.demo.cluster import StandaloneSpark
+    from demo.cluster import StandaloneSpark
 
     with StandaloneSpark(tmp_path / "standalone", cores=1, memory="1g") as cluster:
         yield cluster.master_url, cluster.state

@@ -1,4 +1,4 @@
-"""``python -m airflow_cdc.emulators.spanner`` runs on its own and answers the real client."""
+"""``python -m airflow_cdc_emulators.spanner`` runs on its own and answers the real client."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from spanner_reading import ChangeStreamReader, spanner_database
 
-from airflow_cdc.emulators.spanner import (
+from airflow_cdc_emulators.spanner import (
     DEFAULT_START,
     SpannerChangeStreamEmulator,
     generate_history,
 )
-from airflow_cdc.emulators.spanner.server import EmulatorStartError
+from airflow_cdc_emulators.spanner.server import EmulatorStartError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +25,7 @@ def test_the_command_line_serves_a_history_until_killed():
     command = [
         sys.executable,
         "-m",
-        "airflow_cdc.emulators.spanner",
+        "airflow_cdc_emulators.spanner",
         "--port",
         "0",
         "--seed",

@@ -11,9 +11,9 @@ from google.api_core.exceptions import FailedPrecondition, MethodNotImplemented,
 from google.cloud import spanner
 from spanner_reading import spanner_database
 
-from airflow_cdc.emulators.spanner import SpannerEmulator
-from airflow_cdc.emulators.spanner.schema import GOOGLESQL, POSTGRESQL
-from airflow_cdc.emulators.spanner.tables import (
+from airflow_cdc_emulators.spanner import SpannerEmulator
+from airflow_cdc_emulators.spanner.schema import GOOGLESQL, POSTGRESQL
+from airflow_cdc_emulators.spanner.tables import (
     COMMIT_TIMESTAMP_SCHEMA,
     DatabaseSchema,
     SpannerStatusError,
@@ -124,7 +124,7 @@ def test_the_command_line_serves_the_tables_of_a_ddl_file(tmp_path):
     schema.write_text(f"-- the user's own schema\n{SINGERS};\n"
                       f"CREATE INDEX SingersByName ON Singers(Name);\n")
     server = subprocess.Popen(
-        [sys.executable, "-m", "airflow_cdc.emulators.spanner", "--port", "0", "--ddl",
+        [sys.executable, "-m", "airflow_cdc_emulators.spanner", "--port", "0", "--ddl",
          str(schema)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -148,7 +148,7 @@ def test_the_command_line_refuses_a_ddl_file_it_cannot_apply(tmp_path):
     schema.write_text(f"{SINGERS};\nCREATE CHANGE STREAM Everything FOR ALL;\n")
 
     finished = subprocess.run(
-        [sys.executable, "-m", "airflow_cdc.emulators.spanner", "--port", "0", "--ddl",
+        [sys.executable, "-m", "airflow_cdc_emulators.spanner", "--port", "0", "--ddl",
          str(schema)],
         cwd=ROOT, capture_output=True, text=True, timeout=60)
 

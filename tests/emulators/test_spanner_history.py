@@ -9,7 +9,7 @@ from pathlib import Path
 
 from spanner_reading import SMALL_HISTORY
 
-from airflow_cdc.emulators.spanner import History, HistoryConfig
+from airflow_cdc_emulators.spanner import History, HistoryConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,7 +41,7 @@ _DIGEST = """
 import hashlib, sys
 sys.path.insert(0, sys.argv[1])
 from datetime import timedelta
-from airflow_cdc.emulators.spanner import generate_history
+from airflow_cdc_emulators.spanner import generate_history
 h = generate_history(
     seed=3, duration=timedelta(minutes=10), changes_per_second=2.0, splits=2, merges=1,
     three_way_merges=0, quiet_periods=1, quiet_period=timedelta(minutes=1),
@@ -88,7 +88,7 @@ def test_default_history_is_big_enough_for_the_demo():
 
 
 def test_each_row_changes_in_the_partition_owning_its_key_at_commit_time(history):
-    from airflow_cdc.emulators.spanner.partition_lineage import key_position
+    from airflow_cdc_emulators.spanner.partition_lineage import key_position
 
     for transaction in history.transactions:
         for change in transaction.changes:

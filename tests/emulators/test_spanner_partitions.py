@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from airflow_cdc.emulators.spanner.timeline import to_datetime
+from airflow_cdc_emulators.spanner.timeline import to_datetime
 
 US = timedelta(microseconds=1)
 

@@ -9,7 +9,7 @@ from google.api_core.exceptions import InvalidArgument, OutOfRange
 from google.cloud.spanner_v1.param_types import TIMESTAMP
 from spanner_reading import ChangeStreamReader, spanner_database
 
-from airflow_cdc.emulators.spanner import History, HistoryConfig, SpannerChangeStreamEmulator
+from airflow_cdc_emulators.spanner import History, HistoryConfig, SpannerChangeStreamEmulator
 from airflow_cdc.model import format_ts
 
 

@@ -29,7 +29,7 @@ from google.cloud.spanner_v1.keyset import KeyRange as ClientKeyRange
 from google.cloud.spanner_v1.keyset import KeySet as ClientKeySet
 from spanner_reading import ChangeStreamReader, spanner_database
 
-from airflow_cdc.emulators.spanner import (
+from airflow_cdc_emulators.spanner import (
     COMMIT_TIMESTAMP,
     COMMIT_TIMESTAMP_SCHEMA,
     ColumnSpec,
@@ -787,7 +787,7 @@ def test_the_seeded_history_has_hard_and_soft_deletes_shared_timestamps_and_whol
 
 def test_the_command_line_serves_the_seeded_commit_timestamp_tables():
     command = [
-        sys.executable, "-m", "airflow_cdc.emulators.spanner", "--port", "0", "--commit-ts-tables",
+        sys.executable, "-m", "airflow_cdc_emulators.spanner", "--port", "0", "--commit-ts-tables",
         "--seed", "4", "--hours", "0.25", "--version-retention", "3h",
     ]  # fmt: skip
     server = subprocess.Popen(

@@ -165,7 +165,7 @@ def window_commits(table_dir: Path) -> Counter:
     """Changelog snapshots per window tag."""
     from pyiceberg.table import StaticTable
 
-    from airflow_cdc.demo.compare import latest_metadata
+    from demo.compare import latest_metadata
     from airflow_cdc.model import WINDOW_SNAPSHOT_PROPERTY
 
     if not table_dir.exists():
@@ -180,7 +180,7 @@ def window_commits(table_dir: Path) -> Counter:
 
 
 def changelog_rows(table_dir: Path) -> list[dict]:
-    from airflow_cdc.demo.compare import read_iceberg_rows
+    from demo.compare import read_iceberg_rows
 
     return read_iceberg_rows(table_dir) if table_dir.exists() else []
 

@@ -61,7 +61,7 @@ def compare_emulator_tables(tables, truth: dict, folder: Path, not_yet_seen=None
     """Targets of emulator tables (``demo.compare`` columns) against ``truth`` {table: {key: row}};
     ``not_yet_seen(table, key)`` says a row still in a target is one whose delete no read could
     see yet (a hard delete before the next reconciliation)."""
-    from airflow_cdc.demo.compare import compare_table, read_iceberg_rows
+    from demo.compare import compare_table, read_iceberg_rows
 
     check = Check()
     for table in tables:
@@ -85,7 +85,7 @@ class SpannerWorld(World):
     tables = ("Accounts", "Orders", "Documents")
 
     def __enter__(self):
-        from airflow_cdc.emulators.spanner import SpannerChangeStreamEmulator, generate_history
+        from airflow_cdc_emulators.spanner import SpannerChangeStreamEmulator, generate_history
 
         self.history = generate_history(
             seed=5, duration=self.window * 10, changes_per_second=0.5, splits=3, merges=2,
@@ -107,7 +107,7 @@ class SpannerWorld(World):
         self.emulator.__exit__(*exc)
 
     def check(self, end, ends) -> Check:
-        from airflow_cdc.emulators.spanner.timeline import to_micros
+        from airflow_cdc_emulators.spanner.timeline import to_micros
 
         truth = self.history.state_at(end - timedelta(microseconds=1))
         check = compare_emulator_tables(self.history.tables, truth, self.warehouse / "current")
@@ -130,7 +130,7 @@ class CommitTimestampWorld(World):
     reconcile_every = 3
 
     def __enter__(self):
-        from airflow_cdc.emulators.spanner import SpannerEmulator, generate_commit_timestamp_tables
+        from airflow_cdc_emulators.spanner import SpannerEmulator, generate_commit_timestamp_tables
 
         self.database = generate_commit_timestamp_tables(seed=7, duration=self.window * 10)
         self.start = self.database.created_at
@@ -152,7 +152,7 @@ class CommitTimestampWorld(World):
         self.emulator.now = end + CLOCK_LEAD
 
     def check(self, end, ends) -> Check:
-        from airflow_cdc.demo.commit_ts import NAMESPACE, expected_rows
+        from demo.commit_ts import NAMESPACE, expected_rows
 
         tables, truth = [], {}
         for table in self.database.schema.tables:
@@ -181,7 +181,7 @@ class BigtableWorld(World):
     window = timedelta(minutes=30)
 
     def __enter__(self):
-        from airflow_cdc.emulators.bigtable import BigtableEmulator, generate_history
+        from airflow_cdc_emulators.bigtable import BigtableEmulator, generate_history
 
         self.history = generate_history(seed=7, hours=5.0)
         self.start = self.history.start
@@ -202,7 +202,7 @@ class BigtableWorld(World):
         self.emulator.set_now(end + CLOCK_LEAD)
 
     def check(self, end, ends) -> Check:
-        from airflow_cdc.demo.compare import read_iceberg_rows
+        from demo.compare import read_iceberg_rows
 
         truth = self.emulator.true_state(end)
         cells = {
@@ -237,7 +237,7 @@ class DatastreamWorld(World):
     dag_id = "datastream_to_iceberg"
 
     def __enter__(self):
-        from airflow_cdc.demo import datastream as demo
+        from demo import datastream as demo
 
         self.window = demo.WINDOW
         self.start = demo.START
@@ -259,7 +259,7 @@ class DatastreamWorld(World):
         self.history.write_arrived(None if last else end + timedelta(minutes=7))
 
     def check(self, end, ends) -> Check:
-        from airflow_cdc.demo.datastream import compare_targets
+        from demo.datastream import compare_targets
 
         check = Check()
         if end >= self.last_end:
@@ -290,7 +290,7 @@ class DebeziumWorld(World):
     def __enter__(self):
         from datetime import timezone
 
-        from airflow_cdc.demo import debezium as demo
+        from demo import debezium as demo
         from airflow_cdc.sources.debezium.source import DebeziumSource
 
         self.demo = demo
@@ -331,7 +331,7 @@ class DebeziumWorld(World):
         self.demo.wait_until_captured(self.source, max(now, end) + timedelta(seconds=4), self.capture)
 
     def check(self, end, ends) -> Check:
-        from airflow_cdc.demo.datastream import compare_targets
+        from demo.datastream import compare_targets
 
         check = Check()
         result = compare_targets(self.warehouse, self.truths[end])

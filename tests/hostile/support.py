@@ -24,7 +24,7 @@ _verifiers: dict[str, tuple] = {}
 def _schema(kind: str):
     from pyspark.sql import types as T
 
-    from spark_jobs.changelog import changelog_schema
+    from airflow_cdc.spark_jobs.changelog import changelog_schema
 
     if kind not in _verifiers:
         schema = changelog_schema()

@@ -168,7 +168,7 @@ def test_reserved_words_and_the_longest_identifier_are_applied_with_quoting(host
 def test_a_snapshot_keeps_any_database_column_name_as_written(spark):
     from pyspark.sql import types as T
 
-    from spark_jobs.snapshot_rows import read_rows
+    from airflow_cdc.spark_jobs.snapshot_rows import read_rows
 
     names = ["id", "a'b", "${env:HOME}", "x` ; DROP TABLE t --", "back\\slash", "é"]
     schema = T.StructType([T.StructField(n, T.LongType() if n == "id" else T.StringType()) for n in names])

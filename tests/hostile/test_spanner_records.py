@@ -19,7 +19,7 @@ from google.cloud.spanner_v1.data_types import JsonObject
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_cdc.emulators.spanner.records import metadata
+from airflow_cdc_emulators.spanner.records import metadata
 from airflow_cdc.model import PartitionOutcome
 from airflow_cdc.sources.base import PartitionRead
 from airflow_cdc.sources.spanner.mapping import rows_or_dead_letter

@@ -29,7 +29,7 @@ QUIET = Window("orders", END, END + timedelta(minutes=10))
 
 @pytest.fixture(scope="module")
 def emulator():
-    from airflow_cdc.emulators.spanner import SpannerChangeStreamEmulator, generate_history
+    from airflow_cdc_emulators.spanner import SpannerChangeStreamEmulator, generate_history
 
     history = generate_history(seed=27, start=START, duration=END - START, changes_per_second=1.0,
                                initial_partitions=3, splits=0, merges=0, three_way_merges=0,

@@ -23,7 +23,7 @@ BUCKET = "cdc-work"
 
 @pytest.fixture(scope="module")
 def gcs():
-    from airflow_cdc.demo.cluster import GcsEmulator
+    from demo.cluster import GcsEmulator
 
     patch = pytest.MonkeyPatch()
     with GcsEmulator(BUCKET) as server:
@@ -58,7 +58,7 @@ def test_a_pipeline_whose_sides_share_only_the_gs_work_root_applies_its_window(
         gcs, tmp_path, monkeypatch):
     """Plan and commit here; extract and apply as spark-submit jobs started in another folder;
     the only thing both see is the gs:// work root (the warehouse is the catalog's)."""
-    from airflow_cdc.emulators.spanner import (
+    from airflow_cdc_emulators.spanner import (
         COMMIT_TIMESTAMP,
         COMMIT_TIMESTAMP_SCHEMA,
         SpannerEmulator,
@@ -134,7 +134,7 @@ def test_a_pipeline_whose_sides_share_only_the_gs_work_root_applies_its_window(
             env_vars=env))
         applied = json.loads((folder / "apply-result.json").read_text())
 
-    from airflow_cdc.demo.compare import read_iceberg_rows
+    from demo.compare import read_iceberg_rows
 
     rows = read_iceberg_rows(tmp_path / "warehouse" / "shared_t" / "Orders")
     assert str(folder).startswith(root)

@@ -1,6 +1,6 @@
 """Two applies of the same window at once, on the same Iceberg tables, end as one apply.
 
-Two threads of the suite's SparkSession run :func:`spark_jobs.apply.apply_window` for the
+Two threads of the suite's SparkSession run :func:`airflow_cdc.spark_jobs.apply.apply_window` for the
 same window against the same Hadoop-catalog tables, as an orphaned spark-submit and the
 task's retry would. A barrier holds each job before its dead-letter commit and before each
 table's commits until the other got there too, so both have searched for the window's
@@ -67,8 +67,8 @@ def at_once(run, keys: list) -> None:
 
 def race(lake: Lake, win, monkeypatch) -> list:
     """Two applies of ``win`` in two threads, held together before each commit step."""
-    import spark_jobs.apply.job as job
-    import spark_jobs.apply.table_commits as table_commits
+    import airflow_cdc.spark_jobs.apply.job as job
+    import airflow_cdc.spark_jobs.apply.table_commits as table_commits
 
     barrier = threading.Barrier(2, timeout=300)
 
@@ -146,7 +146,7 @@ def orphan_after_compaction(lake: Lake, win, monkeypatch, look_again: bool = Tru
     task's retry has applied the window whole, its compaction included; then it commits.
     ``look_again=False``: the orphan's last look for the window's commits, right before each
     MERGE, finds none (the retry's commit landed just after it). Returns both results."""
-    import spark_jobs.apply.table_commits as table_commits
+    import airflow_cdc.spark_jobs.apply.table_commits as table_commits
 
     folded, retried = threading.Event(), threading.Event()
     commit_table = table_commits.commit_table
@@ -172,7 +172,7 @@ def orphan_after_compaction(lake: Lake, win, monkeypatch, look_again: bool = Tru
             else:
                 folded.set()
 
-    from spark_jobs.commits import commit_once, commit_or_take
+    from airflow_cdc.spark_jobs.commits import commit_once, commit_or_take
 
     def look(*args, **kwargs):  # the orphan without its last look: it makes the commit or conflicts
         if not look_again and threading.current_thread().name == "orphan":

@@ -87,7 +87,7 @@ def submit_twice_at_once(catalog, namespace: str, win, folder) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def applied(spark, jdbc_catalog, tmp_path_factory):
-    from spark_jobs.apply import apply_window
+    from airflow_cdc.spark_jobs.apply import apply_window
     from tests.apply.support import write_changelog
 
     for key, value in {**jdbc_catalog.spark_conf(), **jdbc_catalog.secret_conf()}.items():

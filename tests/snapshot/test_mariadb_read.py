@@ -17,8 +17,8 @@ import pytest
 from airflow_cdc.sources.snapshot.chunks import plan_chunks
 from airflow_cdc.sources.snapshot.database import connect
 from airflow_cdc.sources.snapshot.dialects import MARIADB
-from spark_jobs.snapshot import SnapshotSpec, column_reading, read_chunks
-from spark_jobs.snapshot_rows import read_rows
+from airflow_cdc.spark_jobs.snapshot import SnapshotSpec, column_reading, read_chunks
+from airflow_cdc.spark_jobs.snapshot_rows import read_rows
 
 DB = "cdc_snapshot_read"
 ROWS = 3_000

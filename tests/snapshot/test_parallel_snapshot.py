@@ -37,8 +37,8 @@ from airflow_cdc.model import Window
 from airflow_cdc.pipeline.protocol import StreamConfig, commit_window, plan_window
 from airflow_cdc.sources.registry import build_source
 from airflow_cdc.state import StateStore
-from spark_jobs import apply_job
-from spark_jobs.extract import extract_window
+from airflow_cdc.spark_jobs import apply_job
+from airflow_cdc.spark_jobs.extract import extract_window
 
 pytestmark = pytest.mark.long  # make test-long (CI runs it); make test keeps the chunk and signal tests
 

@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from spark_jobs.snapshot import SnapshotSpec, run_snapshot
+from airflow_cdc.spark_jobs.snapshot import SnapshotSpec, run_snapshot
 from tests.snapshot.toasted import (Writer, apply_one_window, create_docs, differences, drop_database,
                                     wait_for_heartbeat_after)
 

@@ -123,8 +123,8 @@ def apply_one_window(spark, base: Path, sink: Path, prefix: str, **source: objec
     from airflow_cdc.pipeline.protocol import StreamConfig, commit_window, plan_window
     from airflow_cdc.sources.registry import build_source
     from airflow_cdc.state import StateStore
-    from spark_jobs import apply_job
-    from spark_jobs.extract import extract_window
+    from airflow_cdc.spark_jobs import apply_job
+    from airflow_cdc.spark_jobs.extract import extract_window
 
     stream_id = f"{prefix}_{uuid.uuid4().hex[:8]}"
     store = StateStore(f"sqlite:///{base / 'state.db'}")

@@ -16,7 +16,7 @@ from .support import BIGTABLE_START, Pipeline, new_pipeline
 
 @pytest.fixture(scope="session")
 def spanner_history():
-    from airflow_cdc.emulators.spanner import generate_history
+    from airflow_cdc_emulators.spanner import generate_history
 
     # 40 minutes with splits and merges: the first window reads 2 root partitions, then children.
     return generate_history(seed=11, duration=timedelta(minutes=40), changes_per_second=2.0,
@@ -25,7 +25,7 @@ def spanner_history():
 
 @pytest.fixture(scope="session")
 def spanner_server(spanner_history):
-    from airflow_cdc.emulators.spanner import SpannerEmulator
+    from airflow_cdc_emulators.spanner import SpannerEmulator
 
     with SpannerEmulator(spanner_history) as running:
         yield running
@@ -40,7 +40,7 @@ def spanner(spanner_server):
 
 @pytest.fixture(scope="session")
 def bigtable_server():
-    from airflow_cdc.emulators.bigtable import BigtableEmulator, generate_history
+    from airflow_cdc_emulators.bigtable import BigtableEmulator, generate_history
 
     history = generate_history(seed=5, start=BIGTABLE_START, hours=1.0, commits_per_second=0.2)
     with BigtableEmulator(history, now=BIGTABLE_START + timedelta(hours=1, minutes=5)) as running:

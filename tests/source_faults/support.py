@@ -10,7 +10,7 @@ from airflow_cdc.model import Window
 from airflow_cdc.pipeline.protocol import StreamConfig, commit_window, plan_window
 from airflow_cdc.sources.registry import build_source
 from airflow_cdc.state import StateStore
-from spark_jobs.extract import extract_window
+from airflow_cdc.spark_jobs.extract import extract_window
 
 BIGTABLE_START = datetime(2025, 1, 6, 8, 0, tzinfo=timezone.utc)
 WINDOW = timedelta(minutes=20)

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from airflow_cdc.emulators.spanner import SpannerChangeStreamEmulator, generate_history
+from airflow_cdc_emulators.spanner import SpannerChangeStreamEmulator, generate_history
 
 
 @pytest.fixture(scope="module")

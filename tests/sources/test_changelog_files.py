@@ -50,7 +50,7 @@ def batch(count: int, start: datetime = DAY, table: str = "orders"):
 
 @pytest.fixture
 def table(spark):
-    from spark_jobs.changelog import create_changelog_table
+    from airflow_cdc.spark_jobs.changelog import create_changelog_table
 
     name = f"lake.changelog_files.t_{uuid.uuid4().hex[:8]}"
     spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.changelog_files")
@@ -61,7 +61,7 @@ def table(spark):
 def sink_of(spark, table, min_task_rows=0):
     import dataclasses
 
-    from spark_jobs.changelog_files import file_sink
+    from airflow_cdc.spark_jobs.changelog_files import file_sink
 
     sink = file_sink(spark, table, PlainSource({}))
     assert sink is not None
@@ -89,7 +89,7 @@ def test_a_read_task_past_its_threshold_writes_every_row_a_file_per_day(spark, t
 
 
 def test_committed_files_are_read_back_by_their_field_ids_in_their_day_partitions(spark, table):
-    from spark_jobs.changelog_files import ChangelogFiles
+    from airflow_cdc.spark_jobs.changelog_files import ChangelogFiles
 
     files, declared, _ = written(sink_of(spark, table), batch(3))
     ChangelogFiles(tuple(files), tuple(declared)).append(spark, table, {"airflow-cdc.window-id": "w"}, None)
@@ -106,8 +106,8 @@ def test_committed_files_are_read_back_by_their_field_ids_in_their_day_partition
 
 
 def test_a_commit_after_the_snapshot_the_job_read_conflicts_and_deletes_its_files(spark, table):
-    from spark_jobs.changelog_files import ChangelogFiles
-    from spark_jobs.commits import current_snapshot_id, is_commit_conflict
+    from airflow_cdc.spark_jobs.changelog_files import ChangelogFiles
+    from airflow_cdc.spark_jobs.commits import current_snapshot_id, is_commit_conflict
 
     sink = sink_of(spark, table)
     read_at = current_snapshot_id(spark, table)
@@ -124,7 +124,7 @@ def test_a_commit_after_the_snapshot_the_job_read_conflicts_and_deletes_its_file
 def test_spark_writes_the_rows_of_a_table_or_source_the_read_tasks_cannot_write_for(
     spark, table, monkeypatch
 ):
-    from spark_jobs.changelog_files import file_sink
+    from airflow_cdc.spark_jobs.changelog_files import file_sink
 
     assert file_sink(spark, table, DedupingSource({})) is None  # a source that drops rows
     monkeypatch.setenv("CDC_DIRECT_CHANGELOG", "false")

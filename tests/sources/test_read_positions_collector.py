@@ -1,5 +1,5 @@
 """A read task keeps Python's cycle collector off while it reads a partition and hands its rows
-on, and turns it on again after each partition, failed or not (``spark_jobs.extract``'s
+on, and turns it on again after each partition, failed or not (``airflow_cdc.spark_jobs.extract``'s
 ``cycle_collector_paused``, a performance strategy)."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def read_both(monkeypatch, source: WatchingSource) -> None:
     collector is on at each batch it hands on."""
     import pyarrow as pa
 
-    from spark_jobs import extract
+    from airflow_cdc.spark_jobs import extract
 
     monkeypatch.setattr(extract, "_executor_source", lambda plan: source)
     plan = WindowPlanFile(WINDOW, tuple(POSITIONS), (), {"kind": "watching"}, "lake.cdc.changelog")

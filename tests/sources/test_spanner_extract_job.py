@@ -12,7 +12,7 @@ import pytest
 from airflow_cdc.model import Window
 from airflow_cdc.pipeline.protocol import StreamConfig, commit_window, plan_window
 from airflow_cdc.state import StateStore
-from spark_jobs.extract import extract_window
+from airflow_cdc.spark_jobs.extract import extract_window
 
 
 @pytest.fixture
@@ -119,7 +119,7 @@ def test_each_round_reports_every_partition_with_records_watermark_and_lag(capsy
     from datetime import datetime, timezone
 
     from airflow_cdc.model import ChildPartition, PartitionOutcome
-    from spark_jobs.extract import report_round
+    from airflow_cdc.spark_jobs.extract import report_round
 
     start = datetime(2024, 5, 1, 9, tzinfo=timezone.utc)
     window = Window("s", start, start + timedelta(hours=1))
@@ -172,12 +172,12 @@ def changelog_rows(spark, table):
 def test_rows_the_read_tasks_write_themselves_are_the_rows_spark_writes(
     spark, emulator, history, tmp_path, monkeypatch, rows_per_task
 ):
-    import spark_jobs.extract
+    import airflow_cdc.spark_jobs.extract
 
     window_of = lambda config: next(windows_of(history, config.stream_id))  # noqa: E731
     # A read task with a quarter of this writes its own files: 4, every one; 2,000, the
     # larger reads, and the others' rows are written by one more pass.
-    monkeypatch.setattr(spark_jobs.extract, "ROWS_PER_TASK", rows_per_task)
+    monkeypatch.setattr(airflow_cdc.spark_jobs.extract, "ROWS_PER_TASK", rows_per_task)
     store, direct = stream_pipeline(emulator, history, tmp_path)
     written = run_window(spark, store, direct, window_of(direct))
     monkeypatch.setenv("CDC_DIRECT_CHANGELOG", "false")
@@ -201,11 +201,11 @@ def test_rows_the_read_tasks_write_themselves_are_the_rows_spark_writes(
 def assert_failed_window_leaves_no_files(spark, pipeline, history, monkeypatch, error, match=None):
     """The pipeline's first window, its read tasks writing their files, fails with ``error``;
     nothing is committed and no Parquet file is left in the changelog's folder."""
-    import spark_jobs.extract
-    from spark_jobs.commits import _iceberg_table
+    import airflow_cdc.spark_jobs.extract
+    from airflow_cdc.spark_jobs.commits import _iceberg_table
 
     store, config = pipeline
-    monkeypatch.setattr(spark_jobs.extract, "ROWS_PER_TASK", 4)  # every read task writes its files
+    monkeypatch.setattr(airflow_cdc.spark_jobs.extract, "ROWS_PER_TASK", 4)  # every read task writes its files
     with pytest.raises(error, match=match):
         run_window(spark, store, config, next(windows_of(history, config.stream_id)))
     location = str(_iceberg_table(spark, changelog(spark, config)).location()).removeprefix("file:")
@@ -216,14 +216,14 @@ def assert_failed_window_leaves_no_files(spark, pipeline, history, monkeypatch, 
 def test_a_window_that_fails_its_transaction_check_leaves_none_of_the_files_its_read_wrote(
     spark, pipeline, history, monkeypatch
 ):
-    import spark_jobs.extract
+    import airflow_cdc.spark_jobs.extract
     from airflow_cdc.pipeline.partition_lineage import IncompleteTransactionError
 
     def incomplete(*_):
         raise IncompleteTransactionError("transaction t1 is incomplete in this window")
 
-    monkeypatch.setattr(spark_jobs.extract, "check_transactions_on_driver", incomplete)
-    monkeypatch.setattr(spark_jobs.extract, "check_transactions_on_executors", incomplete)
+    monkeypatch.setattr(airflow_cdc.spark_jobs.extract, "check_transactions_on_driver", incomplete)
+    monkeypatch.setattr(airflow_cdc.spark_jobs.extract, "check_transactions_on_executors", incomplete)
     assert_failed_window_leaves_no_files(spark, pipeline, history, monkeypatch, IncompleteTransactionError)
 
 
@@ -232,9 +232,9 @@ def test_a_window_whose_dead_letters_fail_to_commit_leaves_none_of_the_files_its
 ):
     import dataclasses
 
-    import spark_jobs.extract
+    import airflow_cdc.spark_jobs.extract
 
-    read_partitions = spark_jobs.extract.read_partitions
+    read_partitions = airflow_cdc.spark_jobs.extract.read_partitions
 
     def read_with_dead_letters(*args, **kwargs):  # the read's rows, and dead letters to commit
         return dataclasses.replace(read_partitions(*args, **kwargs), dead_letters=object())
@@ -242,8 +242,8 @@ def test_a_window_whose_dead_letters_fail_to_commit_leaves_none_of_the_files_its
     def failing_append(*_):
         raise OSError("No space left on device")
 
-    monkeypatch.setattr(spark_jobs.extract, "read_partitions", read_with_dead_letters)
-    monkeypatch.setattr(spark_jobs.extract, "append_dead_letters", failing_append)
+    monkeypatch.setattr(airflow_cdc.spark_jobs.extract, "read_partitions", read_with_dead_letters)
+    monkeypatch.setattr(airflow_cdc.spark_jobs.extract, "append_dead_letters", failing_append)
     assert_failed_window_leaves_no_files(spark, pipeline, history, monkeypatch, OSError, "No space left")
 
 
@@ -255,11 +255,11 @@ def tally_frame(spark, *rows):
 
 @pytest.mark.parametrize("where", ["check_transactions_on_executors", "check_transactions_on_driver"])
 def test_the_transaction_check_counts_transactions_and_names_the_first_incomplete_one(spark, where):
-    import spark_jobs.extract
+    import airflow_cdc.spark_jobs.extract
     from airflow_cdc.pipeline.partition_lineage import IncompleteTransactionError
     from airflow_cdc.sources.base import TransactionTally
 
-    check_transactions = getattr(spark_jobs.extract, where)
+    check_transactions = getattr(airflow_cdc.spark_jobs.extract, where)
 
     window = Window("s", datetime_at(0), datetime_at(60))
 
@@ -286,10 +286,10 @@ def test_the_transaction_check_counts_transactions_and_names_the_first_incomplet
 def test_the_transaction_check_counts_a_record_tallied_twice_once(spark, where):
     """A record two reads tallied (a partition read again after a retry) is one record: it
     neither completes a transaction missing another record nor makes one look over-full."""
-    import spark_jobs.extract
+    import airflow_cdc.spark_jobs.extract
     from airflow_cdc.pipeline.partition_lineage import IncompleteTransactionError
 
-    check_transactions = getattr(spark_jobs.extract, where)
+    check_transactions = getattr(airflow_cdc.spark_jobs.extract, where)
     window = Window("s", datetime_at(0), datetime_at(60))
 
     twice = tally_frame(spark, ("t1", 2, "00000000", None), ("t1", 2, "00000000", None), ("t1", 2, "00000001", None))
@@ -301,10 +301,10 @@ def test_the_transaction_check_counts_a_record_tallied_twice_once(spark, where):
 @pytest.mark.parametrize("where", ["check_transactions_on_executors", "check_transactions_on_driver"])
 def test_the_transaction_check_counts_a_tally_without_a_record_as_no_record(spark, where):
     """Both paths count the same records: a tally row whose record is null adds none."""
-    import spark_jobs.extract
+    import airflow_cdc.spark_jobs.extract
     from airflow_cdc.pipeline.partition_lineage import IncompleteTransactionError
 
-    check_transactions = getattr(spark_jobs.extract, where)
+    check_transactions = getattr(airflow_cdc.spark_jobs.extract, where)
     window = Window("s", datetime_at(0), datetime_at(60))
 
     with pytest.raises(IncompleteTransactionError, match="transaction t1 has 1 of its 2"):
@@ -316,11 +316,11 @@ def test_the_transaction_check_counts_a_tally_without_a_record_as_no_record(spar
 def test_the_transaction_check_accepts_the_parts_of_transactions_split_across_windows(spark, where):
     """Incomplete by design: one committed before the window (its rest came in the window
     before) and one committed at or after the progress of a partition that stopped short."""
-    import spark_jobs.extract
+    import airflow_cdc.spark_jobs.extract
     from airflow_cdc.model import PartitionOutcome
     from airflow_cdc.pipeline.partition_lineage import IncompleteTransactionError
 
-    check_transactions = getattr(spark_jobs.extract, where)
+    check_transactions = getattr(airflow_cdc.spark_jobs.extract, where)
     window = Window("s", datetime_at(0), datetime_at(60))
     short = [PartitionOutcome("p", False, datetime_at(40), records=1)]
 
@@ -347,7 +347,7 @@ def test_two_extracts_of_one_window_at_once_make_one_commit_and_report_it(
     it; the later commit conflicts and takes the earlier one's as its own (I1)."""
     import threading
 
-    import spark_jobs.changelog as changelog_module
+    import airflow_cdc.spark_jobs.changelog as changelog_module
     from airflow_cdc.sources.spanner.query import INITIAL_PARTITION
     from airflow_cdc.model import PartitionPosition
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_cdc.emulators.spanner.schema import GOOGLESQL, POSTGRESQL, SCALAR_CODES, SpannerType
+from airflow_cdc_emulators.spanner.schema import GOOGLESQL, POSTGRESQL, SCALAR_CODES, SpannerType
 from airflow_cdc.model import Op
 from airflow_cdc.sources.column_types import UnsupportedColumnTypeError, parse_source_type, spark_sql_type
 from airflow_cdc.sources.spanner.mapping import change_rows

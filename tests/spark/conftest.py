@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from airflow_cdc.demo.cluster import StandaloneSpark
+from demo.cluster import StandaloneSpark
 
 
 @pytest.fixture(scope="session")

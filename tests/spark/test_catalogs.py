@@ -31,7 +31,7 @@ from airflow_cdc.spark.job import (
     iceberg_job_spec,
 )
 from airflow_cdc.spark.runners import LocalSparkRunner, SparkSubmitHookRunner, secret_conf_file
-from spark_jobs.secret_conf import SecretConfError, load_secret_conf
+from airflow_cdc.spark_jobs.secret_conf import SecretConfError, load_secret_conf
 
 from .support import TEST_SPARK_CONF, change_rows, window, write_change_rows
 

@@ -1,8 +1,8 @@
-"""spark_jobs.changelog used in-process by other jobs (extract): extra snapshot properties."""
+"""airflow_cdc.spark_jobs.changelog used in-process by other jobs (extract): extra snapshot properties."""
 
 from __future__ import annotations
 
-from spark_jobs.changelog import (
+from airflow_cdc.spark_jobs.changelog import (
     append_window,
     change_row_tuple,
     changelog_schema,
@@ -38,7 +38,7 @@ def test_extra_snapshot_properties_are_committed_in_the_window_snapshot(tmp_path
 def test_a_changelog_table_of_the_old_json_text_format_is_refused_before_any_write(tmp_path, spark):
     import pytest
 
-    from spark_jobs.changelog import ChangelogFormatError
+    from airflow_cdc.spark_jobs.changelog import ChangelogFormatError
 
     tables = open_warehouse(spark, tmp_path / "warehouse")
     table = f"{tables.catalog}.cdc.legacy_changelog"
@@ -73,7 +73,7 @@ def test_a_checked_append_after_another_commit_of_the_window_conflicts(tmp_path,
     import pytest
 
     from airflow_cdc.model import change_row_to_json_line
-    from spark_jobs.commits import current_snapshot_id, is_commit_conflict
+    from airflow_cdc.spark_jobs.commits import current_snapshot_id, is_commit_conflict
 
     tables = open_warehouse(spark, tmp_path / "warehouse")
     table = f"{tables.catalog}.cdc.raced_changelog"

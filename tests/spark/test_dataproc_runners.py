@@ -13,7 +13,7 @@ import time
 import pytest
 
 from airflow_cdc import work_root
-from airflow_cdc.demo.cluster import GcsEmulator
+from demo.cluster import GcsEmulator
 from airflow_cdc.spark.dataproc import (
     DataprocBatchRunner,
     DataprocJobRunner,
@@ -26,7 +26,7 @@ APP = """
 import sys, time
 from pyspark.sql import SparkSession
 from airflow_cdc import work_root
-from spark_jobs.secret_conf import load_secret_conf
+from airflow_cdc.spark_jobs.secret_conf import load_secret_conf
 spark = SparkSession.builder.getOrCreate()
 load_secret_conf(spark)
 if sys.argv[1] == "fail":
@@ -41,7 +41,7 @@ spark.stop()
 
 @pytest.fixture(scope="module")
 def services(tmp_path_factory):
-    from airflow_cdc.emulators.dataproc import DataprocEmulator
+    from airflow_cdc_emulators.dataproc import DataprocEmulator
 
     folder = tmp_path_factory.mktemp("dataproc")
     app = folder / "count_app.py"

@@ -10,7 +10,7 @@ from airflow_cdc.model import InvalidIdentifierError
 from airflow_cdc.spark.iceberg import IcebergCatalog
 from airflow_cdc.spark.job import SparkJobSpec, changelog_writer_spec
 from airflow_cdc.spark.runners import LocalSparkRunner
-from spark_jobs import changelog_writer
+from airflow_cdc.spark_jobs import changelog_writer
 
 from .support import window
 
@@ -30,7 +30,7 @@ def test_changelog_writer_spec_carries_catalog_conf_jars_and_the_py_files_zip(tm
     assert spec.conf["spark.sql.session.timeZone"] == "UTC"
     assert spec.jars == tuple(catalog.spark_conf()["spark.jars"].split(","))
     assert "spark.jars" not in spec.conf
-    assert [p.rsplit("/", 1)[-1].startswith("airflow_cdc-spark_jobs-") for p in spec.py_files] == [True]
+    assert [p.rsplit("/", 1)[-1].startswith("airflow_cdc-") for p in spec.py_files] == [True]
 
 
 def test_spark_jars_given_as_conf_are_submitted_with_the_spec_jars():

@@ -6,14 +6,26 @@ import subprocess
 import sys
 import zipfile
 
-from airflow_cdc.spark.packaging import build_py_files
+from airflow_cdc.spark.packaging import _shipped_folders, build_py_files
 
 
-def test_py_files_zip_holds_airflow_cdc_and_spark_jobs_sources_without_bytecode(tmp_path):
+def test_py_files_zip_holds_airflow_cdc_with_its_spark_jobs_without_bytecode(tmp_path):
     names = zipfile.ZipFile(build_py_files(cache_dir=tmp_path)).namelist()
 
-    assert {"airflow_cdc/model.py", "airflow_cdc/spark/job.py", "spark_jobs/changelog.py"} <= set(names)
+    assert {"airflow_cdc/model.py", "airflow_cdc/spark/job.py",
+            "airflow_cdc/spark_jobs/changelog.py"} <= set(names)
+    assert not [name for name in names if name.startswith("spark_jobs/")]
     assert not [name for name in names if "__pycache__" in name or name.endswith(".pyc")]
+
+
+def test_py_files_zip_ships_a_package_inside_an_earlier_one_once(tmp_path):
+    outer = tmp_path / "src" / "pkg"
+    (outer / "jobs").mkdir(parents=True)
+    (outer / "jobs" / "job.py").write_text("X = 1\n")
+
+    folders = _shipped_folders([("pkg", outer), ("pkg.jobs", outer / "jobs")])
+
+    assert folders == [("pkg", outer)]
 
 
 def test_py_files_zip_is_reused_while_its_content_is_unchanged(tmp_path):
@@ -47,11 +59,14 @@ def test_py_files_zip_imports_the_spark_side_in_an_interpreter_without_airflow(t
         "import sys, importlib.util\n"
         f"sys.path.insert(0, {str(archive)!r})\n"
         "import airflow_cdc.model, airflow_cdc.spark.job, airflow_cdc.spark.runners\n"
-        "print(importlib.util.find_spec('airflow') is None, airflow_cdc.model.__file__)\n"
+        "jobs = importlib.util.find_spec('airflow_cdc.spark_jobs.changelog').origin\n"
+        "print(importlib.util.find_spec('airflow') is None, airflow_cdc.model.__file__, jobs)\n"
     )
     done = subprocess.run(
         [sys.executable, "-S", "-c", probe], capture_output=True, text=True, cwd=tmp_path
     )
 
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["True", f"{archive}/airflow_cdc/model.py"]
+    assert done.stdout.split() == [
+        "True", f"{archive}/airflow_cdc/model.py", f"{archive}/airflow_cdc/spark_jobs/changelog.py"
+    ]

@@ -4,7 +4,7 @@ computed once, freed after."""
 from __future__ import annotations
 
 from airflow_cdc.sources.read_frame import kept
-from spark_jobs.checkpoints import release_checkpoint as release
+from airflow_cdc.spark_jobs.checkpoints import release_checkpoint as release
 
 
 def _reads(spark, counter):

@@ -73,7 +73,7 @@ def test_failing_job_raises_spark_job_error_and_the_driver_serves_the_next(warm,
 
 
 def test_emptied_table_cache_shows_a_commit_made_by_another_catalog_instance(spark, tmp_path):
-    from spark_jobs.warm_driver import empty_table_caches
+    from airflow_cdc.spark_jobs.warm_driver import empty_table_caches
 
     warehouse = (tmp_path / "warehouse").absolute().as_uri()
     for name, cache in (("warmcached", "true"), ("warmwriter", "false")):

@@ -11,8 +11,8 @@ import zipimport
 
 import pytest
 
-import spark_jobs  # noqa: F401 - importing the package puts the rule in place
-from spark_jobs.zip_imports import read_zip_directories_when_changed
+import airflow_cdc.spark_jobs  # noqa: F401 - importing the package puts the rule in place
+from airflow_cdc.spark_jobs.zip_imports import read_zip_directories_when_changed
 
 pytestmark = pytest.mark.skipif(sys.version_info >= (3, 12), reason="Python 3.12 reads zip directories lazily")
 

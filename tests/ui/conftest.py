@@ -59,7 +59,7 @@ def filled_database(build):
 @pytest.fixture(scope="module")
 def view_server(state_database, tmp_path_factory):
     """Airflow's api-server with the CDC plugin on 127.0.0.1, reading ``state_database``."""
-    from airflow_cdc.demo.ui import ViewServer
+    from demo.ui import ViewServer
 
     _, connection = state_database
     with ViewServer(tmp_path_factory.mktemp("view-server"),

@@ -130,7 +130,7 @@ def test_no_response_carries_the_state_connection_password(view_server, token, s
 def test_the_view_in_airflows_ui_shows_the_streams_and_windows(view_server, tmp_path):
     from PIL import Image
 
-    from airflow_cdc.demo.ui import chromium, log_in, open_view, save_screenshot
+    from demo.ui import chromium, log_in, open_view, save_screenshot
 
     driver = chromium()
     try:
@@ -150,7 +150,7 @@ def test_the_view_in_airflows_ui_shows_the_streams_and_windows(view_server, tmp_
 
 
 def test_opening_the_view_logs_in_again_when_the_browser_lost_its_session(view_server):
-    from airflow_cdc.demo.ui import VIEW_ROUTE, chromium, log_in, open_view
+    from demo.ui import VIEW_ROUTE, chromium, log_in, open_view
 
     driver = chromium()
     try:

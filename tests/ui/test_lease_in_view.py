@@ -59,7 +59,7 @@ def test_a_streams_open_window_names_its_lease_holder_and_expiry(view_server):
 
 
 def test_the_page_shows_who_holds_the_open_window_and_until_when(view_server):
-    from airflow_cdc.demo.ui import chromium, log_in, open_view
+    from demo.ui import chromium, log_in, open_view
 
     driver = chromium()
     try:

@@ -133,7 +133,7 @@ def _micros_ts(micros):
 
 def apply_window(spark, config, data: Mapping, tables) -> list[dict]:
     """Steps 1-3 of the module doc. ``config`` is the apply job's parsed config, ``data`` its
-    JSON, ``tables`` its window commits (``spark_jobs.apply.source_tables.WindowTables``).
+    JSON, ``tables`` its window commits (``airflow_cdc.spark_jobs.apply.source_tables.WindowTables``).
     Returns one result per Bigtable table (``TableResult`` fields)."""
     from pyspark.sql import functions as F
 
