@@ -151,8 +151,7 @@ class Window:
         """Stable text id, used as the Iceberg snapshot tag and in file names.
 
         Computed once per window (the window's fields never change): readers name every
-        change row's window with it, and its two timestamp texts were 6% of a Spanner read
-        task's CPU (py-spy, ``bench/extract.py``, 300,096 changes over 4 partitions).
+        change row's window with it, so its two timestamp texts are written once, not per row.
         """
         return f"{format_ts(self.start)}/{format_ts(self.end)}"
 
@@ -371,9 +370,9 @@ def encode_ordering_key(*parts: object) -> bytes:
 
 
 # --- JSON text parsed fast ------------------------------------------------------------------
-# A performance strategy with one interface, :func:`loads_json`. Saves: the 128,702 JSON texts
-# of four partitions of ``bench/extract.py``'s Spanner stream (column types, keys and values
-# of 25,056 changes) parse in 0.07 s of CPU instead of 0.69 s with ``json.loads``.
+# A performance strategy with one interface, :func:`loads_json` (``json.loads`` is the plain
+# path): saves most of the CPU of parsing the column types, keys and values of a change
+# (``bench/extract.py``; figures in docs/performance.md).
 
 # A run of 19 or more digits: a number orjson could turn into a float (an integer beyond
 # 64 bits) rather than keep exact, as json.loads does; a value orjson parsed with a float in
@@ -420,11 +419,9 @@ def _holds_float(value) -> bool:
 
 
 try:
-    from orjson import OPT_SORT_KEYS as _ORJSON_SORT_KEYS
-    from orjson import dumps as _orjson_dumps
     from orjson import loads as _orjson_loads
 except ImportError:  # pragma: no cover - the package depends on it; clusters may lack it
-    _orjson_loads = _orjson_dumps = _ORJSON_SORT_KEYS = None
+    _orjson_loads = None
 
 
 # --- changelog records ---------------------------------------------------------------------
@@ -568,11 +565,10 @@ _LAST_SHARED: dict = {}
 
 def _shared_dumps(value: object, kind: str) -> str:
     """:func:`_dumps` of an object many consecutive rows share (the column types and the
-    metadata of one source record), written once for them (a performance strategy; with the
-    Spanner reader's JSON values taken as parsed, a sixth of a partition's read-and-map time,
-    see ``sources/spanner/records.py``). One entry per ``kind``: with one for both, a row's
-    metadata replaced its column types and no row found its own (measured 2026-12-01: 2
-    JSON encodes per change, now about 2 per source record)."""
+    metadata of one source record), written once for them: a performance strategy, the
+    plain path is :func:`_dumps` per row (saves a JSON encode per change; ``bench/extract.py``).
+    One entry per ``kind``, since a row asks for both kinds in turn and one shared entry
+    would always hold the other."""
     last = _LAST_SHARED.get(kind)  # one read: another thread may replace it meanwhile
     if last is None or last[0] is not value:
         last = _LAST_SHARED[kind] = (value, _dumps(value))
@@ -580,60 +576,12 @@ def _shared_dumps(value: object, kind: str) -> str:
 
 
 def _dumps(value: object) -> str:
-    # sort_keys: the same row always gives the same text, so re-runs write identical bytes.
-    if _orjson_dumps is not None and _plain_json(value, _PLAIN_DEPTH):
-        text = _plain_dumps(value)
-        if text is not None:
-            return text
+    """Compact JSON text with sorted keys: the same value always gives the same text, so
+    re-runs write identical bytes (apply's redelivery hash reads these texts)."""
     try:
         return _ENCODER.encode(value)
     except _HoldsDecimal:
         return _exact_dumps(value)
-
-
-# --- JSON text written fast -----------------------------------------------------------------
-# A performance strategy with one interface, :func:`_dumps`. Saves: a JSON value's text (an
-# array column's value, a record's column types or metadata) takes 0.4-1.3 us instead of
-# 1.3-3.3 us; the changelog tuples of bench/extract.py's Spanner stream 8.0 us a change instead
-# of 9.5 us (medians of four, one process, 37,584 changes; 2026-12-04, night), about 3% of the
-# 45-60 us of CPU a read task spends on a change. The texts are json's, byte for byte: orjson
-# writes only values of dicts with text keys, lists, texts, integers, booleans and None (no
-# float: orjson writes some exponents differently), and its text is taken only when it is ASCII
-# without DEL, which is where it and json's ``ensure_ascii`` escaping agree; anything else is
-# json's.
-_PLAIN_DEPTH = 64  # deeper values are json's (the check recurses)
-
-
-def _plain_json(value: object, depth: int) -> bool:
-    """Whether ``value`` holds only dicts with text keys, lists, texts, integers, booleans and
-    None, nested at most ``depth`` deep (exact types: a subclass may encode differently)."""
-    kind = type(value)
-    if kind is str or kind is int or kind is bool or value is None:
-        return True
-    if depth <= 0:
-        return False
-    if kind is dict:
-        for key, item in value.items():
-            if type(key) is not str or not _plain_json(item, depth - 1):
-                return False
-        return True
-    if kind is list:
-        for item in value:
-            if not _plain_json(item, depth - 1):
-                return False
-        return True
-    return False
-
-
-def _plain_dumps(value: object) -> str | None:
-    """orjson's sorted compact text of a :func:`_plain_json` value, where it is json's; else None."""
-    try:
-        text = _orjson_dumps(value, option=_ORJSON_SORT_KEYS)
-    except TypeError:  # orjson.JSONEncodeError: an integer beyond 64 bits, a lone surrogate
-        return None
-    if not text.isascii() or b"\x7f" in text:  # json escapes these, orjson does not
-        return None
-    return text.decode("ascii")
 
 
 def _exact_dumps(value: object) -> str:
