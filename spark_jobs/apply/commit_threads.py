@@ -17,16 +17,20 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 
-def side_by_side(calls: list[Callable[[], None]], name: str = "cdc-apply-commit") -> None:
+def side_by_side(calls: list[Callable[[], None]], name: str = "cdc-apply-commit", parallel: bool = True) -> None:
     """Run ``calls`` in parallel threads (inline when there is one); raise the first failure.
 
     A failed call does not stop the others; once all are done, the first failure in the
     order of ``calls`` is raised. Each thread inherits the caller's Spark local properties
     (job group, scheduler pool), so its jobs show up, and can be cancelled, with the caller's.
+    Without ``parallel`` (the plain path), the calls run one after another, failures as above.
     """
     if len(calls) <= 1:
         for call in calls:
             call()
+        return
+    if not parallel:
+        _one_after_another(calls)
         return
     from pyspark.util import inheritable_thread_target
 
@@ -36,3 +40,15 @@ def side_by_side(calls: list[Callable[[], None]], name: str = "cdc-apply-commit"
         error = future.exception()
         if error is not None:
             raise error
+
+
+def _one_after_another(calls: list[Callable[[], None]]) -> None:
+    """Run every call in order; once all are done, raise the first failure."""
+    failures: list[BaseException] = []
+    for call in calls:
+        try:
+            call()
+        except Exception as error:  # noqa: BLE001 - raised once the other calls are done
+            failures.append(error)
+    if failures:
+        raise failures[0]

@@ -25,6 +25,7 @@ The same JSON object drives :func:`airflow_cdc.spark_jobs.apply.apply_window` (a
       "changelog_split_size_bytes": 8388608,                # changelog read split size (tuning)
       "fold_rows_per_task": 500000,                          # fold tasks' size (tuning)
       "guard_filter_max_rows": 500000,                       # guard of the window's keys only (tuning; 0: off)
+      "strategies": {"packed_flags": false},                 # a performance strategy off (strategies.py)
       "result": "/path/result.json",                         # apply_job.py only
       "fault_point": null                                    # tests: "fail_target_commit", or a list
     }
@@ -56,6 +57,7 @@ from datetime import datetime, timedelta
 
 from airflow_cdc.model import CdcError, InvalidIdentifierError, parse_ts, validate_identifier
 from airflow_cdc.spark_jobs.apply.guard_keys import DEFAULT_GUARD_FILTER_MAX_ROWS
+from airflow_cdc.spark_jobs.apply.strategies import Strategies
 
 # Merge-on-read tables are compacted once they hold this many delete files (``compaction.py``).
 DEFAULT_COMPACT_DELETE_FILES = 32
@@ -146,6 +148,7 @@ class ApplyConfig:
     changelog_split_size: int = DEFAULT_CHANGELOG_SPLIT_SIZE
     fold_rows_per_task: int = DEFAULT_FOLD_ROWS_PER_TASK
     guard_filter_max_rows: int = DEFAULT_GUARD_FILTER_MAX_ROWS
+    strategies: Strategies = Strategies()
 
     @property
     def tombstone_cutoff(self) -> datetime:
@@ -183,86 +186,15 @@ class ApplyConfig:
 
     @classmethod
     def _from_dict(cls, data: Mapping[str, object]) -> ApplyConfig:
+        """The config of ``data``, each part validated in the order of the module doc."""
         catalog = validate_identifier("Iceberg catalog name", data.get("catalog") or "lake")
         stream = validate_identifier("stream id", _required(data, "stream"))
         window_id = str(_required(data, "window_id"))
         window_end = _window_end(window_id, data.get("window_end"))
         changelog = _table(catalog, str(_required(data, "changelog_table")), None, "changelog_table")
-        targets = data.get("targets") or {}
-        policies = data.get("policies") or {}
-        if not isinstance(targets, Mapping) or not isinstance(policies, Mapping):
-            raise ApplyConfigError("apply config: 'targets' and 'policies' must be JSON objects")
+        targets, policies = _sections(data)
         namespace = validate_identifier("target namespace", _required(targets, "namespace", "targets."))
-        mapping_in = targets.get("mapping") or {}
-        if not isinstance(mapping_in, Mapping):
-            raise ApplyConfigError("apply config: targets.mapping must map source tables to target names")
-        mapping = {
-            str(source): _table(catalog, str(target), namespace, f"targets.mapping[{source!r}]")
-            for source, target in mapping_in.items()
-        }
-        seen: dict[str, str] = {}
-        for source, target in mapping.items():
-            if target.qualified.lower() in seen:
-                raise ApplyConfigError(
-                    f"apply config: source tables {seen[target.qualified.lower()]!r} and {source!r} "
-                    f"both map to {target}: give each source table its own target"
-                )
-            seen[target.qualified.lower()] = source
-        history = targets.get("history", False)
-        if isinstance(history, (list, tuple)):
-            history = frozenset(str(name) for name in history)
-        elif not isinstance(history, bool):
-            raise ApplyConfigError(
-                f"apply config: targets.history {history!r} must be true, false or a list of "
-                f"source table names"
-            )
-        write_mode = targets.get("write_mode", "copy-on-write")
-        if write_mode not in WRITE_MODES:
-            raise ApplyConfigError(
-                f"apply config: targets.write_mode {write_mode!r} is not one of {list(WRITE_MODES)}: "
-                f"'copy-on-write' rewrites the data files a window changes, 'merge-on-read' writes "
-                f"delete files beside them"
-            )
-        compact_from = _integer(
-            targets, "compact_delete_files", DEFAULT_COMPACT_DELETE_FILES, 0,
-            "a non-negative integer: the delete files a table holds before apply compacts it (0: never)",
-            prefix="targets.",
-        )
         dead_letters = targets.get("dead_letter_table") or f"{namespace}.{stream}_dead_letters"
-        dead_letter_table = _table(catalog, str(dead_letters), None, "targets.dead_letter_table")
-        on_dead_letter = str(policies.get("on_dead_letter", "fail"))
-        if on_dead_letter not in ON_DEAD_LETTER:
-            raise ApplyConfigError(
-                f"apply config: policies.on_dead_letter {on_dead_letter!r} is not one of "
-                f"{list(ON_DEAD_LETTER)}: 'fail' fails the window when any row is dead-lettered, "
-                f"'continue' applies the rest"
-            )
-        horizon = policies.get("tombstone_horizon_seconds", DEFAULT_TOMBSTONE_HORIZON.total_seconds())
-        if isinstance(horizon, bool) or not isinstance(horizon, (int, float)) or horizon < 0:
-            raise ApplyConfigError(
-                f"apply config: policies.tombstone_horizon_seconds {horizon!r} must be a "
-                f"non-negative number of seconds"
-            )
-        fault_point = data.get("fault_point")
-        points = fault_point if isinstance(fault_point, (list, tuple)) else [fault_point]
-        for point in points:
-            if point is not None and point not in FAULT_POINTS:
-                raise ApplyConfigError(
-                    f"apply config: fault_point {point!r} is not one of {list(FAULT_POINTS)} "
-                    f"(or a list of them)"
-                )
-        fault_points = frozenset(point for point in points if point is not None)
-        split_size = _integer(
-            data, "changelog_split_size_bytes", DEFAULT_CHANGELOG_SPLIT_SIZE, 1 << 20,
-            "an integer of at least 1048576 (1 MiB)",
-        )
-        rows_per_task = _integer(
-            data, "fold_rows_per_task", DEFAULT_FOLD_ROWS_PER_TASK, 1000, "an integer of at least 1000"
-        )
-        guard_max = _integer(
-            data, "guard_filter_max_rows", DEFAULT_GUARD_FILTER_MAX_ROWS, 0,
-            "a non-negative integer (0 reads every key's guard rows)",
-        )
         return cls(
             catalog=catalog,
             stream=stream,
@@ -270,18 +202,128 @@ class ApplyConfig:
             window_end=window_end,
             changelog_table=changelog,
             target_namespace=namespace,
-            mapping=mapping,
-            history=history,
-            write_mode=write_mode,
-            compact_delete_files=compact_from,
-            dead_letter_table=dead_letter_table,
-            on_dead_letter=on_dead_letter,
-            tombstone_horizon=timedelta(seconds=float(horizon)),
-            fault_points=fault_points,
-            changelog_split_size=split_size,
-            fold_rows_per_task=rows_per_task,
-            guard_filter_max_rows=guard_max,
+            mapping=_mapping(targets, catalog, namespace),
+            history=_history(targets),
+            write_mode=_write_mode(targets),
+            compact_delete_files=_integer(
+                targets, "compact_delete_files", DEFAULT_COMPACT_DELETE_FILES, 0,
+                "a non-negative integer: the delete files a table holds before apply compacts it (0: never)",
+                prefix="targets.",
+            ),
+            dead_letter_table=_table(catalog, str(dead_letters), None, "targets.dead_letter_table"),
+            on_dead_letter=_on_dead_letter(policies),
+            tombstone_horizon=_tombstone_horizon(policies),
+            fault_points=_fault_points(data.get("fault_point")),
+            changelog_split_size=_integer(
+                data, "changelog_split_size_bytes", DEFAULT_CHANGELOG_SPLIT_SIZE, 1 << 20,
+                "an integer of at least 1048576 (1 MiB)",
+            ),
+            fold_rows_per_task=_integer(
+                data, "fold_rows_per_task", DEFAULT_FOLD_ROWS_PER_TASK, 1000, "an integer of at least 1000"
+            ),
+            guard_filter_max_rows=_integer(
+                data, "guard_filter_max_rows", DEFAULT_GUARD_FILTER_MAX_ROWS, 0,
+                "a non-negative integer (0 reads every key's guard rows)",
+            ),
+            strategies=_strategies(data.get("strategies")),
         )
+
+
+def _sections(data: Mapping[str, object]) -> tuple[Mapping[str, object], Mapping[str, object]]:
+    """The config's ``targets`` and ``policies`` objects (empty when absent)."""
+    targets = data.get("targets") or {}
+    policies = data.get("policies") or {}
+    if not isinstance(targets, Mapping) or not isinstance(policies, Mapping):
+        raise ApplyConfigError("apply config: 'targets' and 'policies' must be JSON objects")
+    return targets, policies
+
+
+def _mapping(targets: Mapping[str, object], catalog: str, namespace: str) -> dict[str, TableName]:
+    """``targets.mapping``: each source table's target; no two source tables share one."""
+    mapping_in = targets.get("mapping") or {}
+    if not isinstance(mapping_in, Mapping):
+        raise ApplyConfigError("apply config: targets.mapping must map source tables to target names")
+    mapping = {
+        str(source): _table(catalog, str(target), namespace, f"targets.mapping[{source!r}]")
+        for source, target in mapping_in.items()
+    }
+    seen: dict[str, str] = {}
+    for source, target in mapping.items():
+        if target.qualified.lower() in seen:
+            raise ApplyConfigError(
+                f"apply config: source tables {seen[target.qualified.lower()]!r} and {source!r} "
+                f"both map to {target}: give each source table its own target"
+            )
+        seen[target.qualified.lower()] = source
+    return mapping
+
+
+def _history(targets: Mapping[str, object]) -> bool | frozenset[str]:
+    """``targets.history``: true, false, or the source tables that keep history."""
+    history = targets.get("history", False)
+    if isinstance(history, (list, tuple)):
+        return frozenset(str(name) for name in history)
+    if not isinstance(history, bool):
+        raise ApplyConfigError(
+            f"apply config: targets.history {history!r} must be true, false or a list of "
+            f"source table names"
+        )
+    return history
+
+
+def _write_mode(targets: Mapping[str, object]) -> str:
+    """``targets.write_mode``: one of :data:`WRITE_MODES`."""
+    write_mode = targets.get("write_mode", "copy-on-write")
+    if write_mode not in WRITE_MODES:
+        raise ApplyConfigError(
+            f"apply config: targets.write_mode {write_mode!r} is not one of {list(WRITE_MODES)}: "
+            f"'copy-on-write' rewrites the data files a window changes, 'merge-on-read' writes "
+            f"delete files beside them"
+        )
+    return write_mode
+
+
+def _on_dead_letter(policies: Mapping[str, object]) -> str:
+    """``policies.on_dead_letter``: one of :data:`ON_DEAD_LETTER`."""
+    on_dead_letter = str(policies.get("on_dead_letter", "fail"))
+    if on_dead_letter not in ON_DEAD_LETTER:
+        raise ApplyConfigError(
+            f"apply config: policies.on_dead_letter {on_dead_letter!r} is not one of "
+            f"{list(ON_DEAD_LETTER)}: 'fail' fails the window when any row is dead-lettered, "
+            f"'continue' applies the rest"
+        )
+    return on_dead_letter
+
+
+def _tombstone_horizon(policies: Mapping[str, object]) -> timedelta:
+    """``policies.tombstone_horizon_seconds``: a non-negative number of seconds."""
+    horizon = policies.get("tombstone_horizon_seconds", DEFAULT_TOMBSTONE_HORIZON.total_seconds())
+    if isinstance(horizon, bool) or not isinstance(horizon, (int, float)) or horizon < 0:
+        raise ApplyConfigError(
+            f"apply config: policies.tombstone_horizon_seconds {horizon!r} must be a "
+            f"non-negative number of seconds"
+        )
+    return timedelta(seconds=float(horizon))
+
+
+def _fault_points(fault_point: object) -> frozenset[str]:
+    """``fault_point``: none, one of :data:`FAULT_POINTS`, or a list of them."""
+    points = fault_point if isinstance(fault_point, (list, tuple)) else [fault_point]
+    for point in points:
+        if point is not None and point not in FAULT_POINTS:
+            raise ApplyConfigError(
+                f"apply config: fault_point {point!r} is not one of {list(FAULT_POINTS)} "
+                f"(or a list of them)"
+            )
+    return frozenset(point for point in points if point is not None)
+
+
+def _strategies(data: object) -> Strategies:
+    """``strategies``: the performance strategies a run turns off (``strategies.py``)."""
+    try:
+        return Strategies.from_dict(data)
+    except ValueError as error:
+        raise ApplyConfigError(f"apply config: {error}") from None
 
 
 def _integer(

@@ -314,10 +314,10 @@ def _group_by_reason(bad: dict[str | None, str]) -> dict[str, list[str | None]]:
 
 
 # --- Packed flags ---------------------------------------------------------------------------
-# A performance strategy with one interface, :func:`_packed_flags` (packed before the fold's
-# shuffle, unpacked after its window pass; :func:`ordered_changes` is its only caller). Saves:
-# a flag took 8 bytes in every row the shuffle, sort and window buffers copy; now 62 flags take
-# 8 bytes (commit f8a1573; no timing was recorded).
+# A performance strategy (switch ``Strategies.packed_flags``; :func:`_packed_flags`, with
+# :func:`_plain_flags` its plain path): the flags are packed before the fold's shuffle and
+# unpacked after its window pass. Saves 8 bytes per flag in every row the shuffle, sort and
+# window buffers copy (bench/apply.py).
 
 _FLAGS_PER_WORD = 62
 
@@ -342,6 +342,15 @@ def _packed_flags(flags: Sequence[str]) -> tuple[list[str], list[str], list[str]
     return packed, names, unpacked
 
 
+def _plain_flags(flags: Sequence[str]) -> tuple[list[str], list[str], list[str]]:
+    """``flags`` carried through the shuffle as they are, in :func:`_packed_flags`' shape.
+
+    A NULL flag becomes false, as a packed one does.
+    """
+    carried = [f"coalesce({flag}, false) AS {flag}" for flag in flags]
+    return carried, list(flags), list(flags)
+
+
 # --- End of packed flags --------------------------------------------------------------------
 
 
@@ -353,6 +362,7 @@ def ordered_changes(
     check_values: bool = False,
     partitions: int | None = None,
     guard_keys_only: bool = False,
+    packed_flags: bool = True,
 ) -> DataFrame:
     """Steps 1-3: the parsed changes (``rows`` are the table's changelog rows) with redelivery
     and clash flags, and liveness against the guard. One statement.
@@ -376,7 +386,7 @@ def ordered_changes(
     spark = rows.sparkSession
     with temp_views(spark, _guarded_frames(rows, target_before, tombstones_before)) as views:
         query = Query(views["rows"])
-        _order(query, views, plan, check_values, partitions, guard_keys_only)
+        _order(query, views, plan, check_values, partitions, guard_keys_only, packed_flags)
         return sql_frame(spark, query.sql())
 
 
@@ -387,6 +397,7 @@ def folded_changes(
     tombstones_before: DataFrame | None,
     partitions: int | None = None,
     guard_keys_only: bool = False,
+    packed_flags: bool = True,
 ) -> DataFrame:
     """Steps 1-5 in one statement: :func:`fold_table` of :func:`ordered_changes` (the same
     arguments, without ``check_values``), for a table whose ordered changes nothing else
@@ -400,7 +411,7 @@ def folded_changes(
     spark = rows.sparkSession
     with temp_views(spark, _guarded_frames(rows, target_before, tombstones_before)) as views:
         query = Query(views["rows"])
-        _order(query, views, plan, False, partitions, guard_keys_only)
+        _order(query, views, plan, False, partitions, guard_keys_only, packed_flags)
         _fold(query, plan)
         return sql_frame(spark, query.sql())
 
@@ -423,11 +434,12 @@ def _order(
     check_values: bool,
     partitions: int | None,
     guard_keys_only: bool,
+    packed_flags: bool = True,
 ) -> None:
     """Steps 1-3 as stages of ``query`` (which reads ``views["rows"]``); see :func:`ordered_changes`."""
     parsed = _parse(query, plan, fold_input(plan), check_values, reasons=False)
     flags = ["__row_bad", "__is_delete", "__is_reset", *[touched for _, touched in fold_columns(plan).values.values()]]
-    packed, words, unpacked = _packed_flags(flags)
+    packed, words, unpacked = _packed_flags(flags) if packed_flags else _plain_flags(flags)
     unflagged = [c for c in parsed if c not in flags]
     query.select([*unflagged, *packed])
     shuffled = unflagged + words

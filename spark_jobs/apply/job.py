@@ -72,7 +72,7 @@ def apply_window(spark: SparkSession, config: ApplyConfig | Mapping[str, object]
     rows = window_rows(spark, config)
     # Truncates are table-level: the fold reads row changes only, after each table's guard.
     recorded = declarations.recorded_declarations(spark, config.changelog_table.qualified, config.window_id)
-    truncations = truncates.window_truncates(rows, recorded)
+    truncations = truncates.window_truncates(rows, recorded if config.strategies.truncates_from_declarations else None)
     if truncations:
         rows = truncates.without_truncates(rows)
     result = ApplyResult(
@@ -126,7 +126,8 @@ def _tables_of(work: TableWork) -> list:
 def window_rows(spark: SparkSession, config: ApplyConfig) -> DataFrame:
     """The window's changelog rows (``stream``, ``window_id``), once the session can read them."""
     _require_catalog(spark, config.catalog)
-    _import_function_classes(spark)
+    if config.strategies.function_class_imports:
+        _import_function_classes(spark)
     changelog = config.changelog_table.qualified
     if not spark.catalog.tableExists(changelog):
         raise ApplyError(
@@ -151,11 +152,10 @@ def _require_catalog(spark: SparkSession, catalog: str) -> None:
 def _import_function_classes(spark: SparkSession) -> None:
     """Let py4j find the classes behind ``pyspark.sql.functions`` by their single-type imports.
 
-    A performance strategy. Saves: every ``F.<function>`` call looks its class up by simple
-    name; without a single-type import py4j tries each wildcard import PySpark registers,
-    loading classes that do not exist, before it reaches ``org.apache.spark.sql.functions``.
-    The job builds a few thousand expressions per window, so that search cost a noticeable
-    part of its driver time (commit d23f3bf; no figure was recorded). Idempotent.
+    A performance strategy (switch ``Strategies.function_class_imports``). Saves: every
+    ``F.<function>`` call looks its class up by simple name; without a single-type import py4j
+    tries each wildcard import PySpark registers, loading classes that do not exist, before it
+    reaches ``org.apache.spark.sql.functions`` (bench/apply.py). Idempotent.
     """
     from py4j.java_gateway import java_import
 

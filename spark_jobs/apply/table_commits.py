@@ -16,9 +16,10 @@ Between that look and the MERGE's read a race remains, milliseconds wide; a MERG
 changes no row, as every MERGE here skips what is not newer than the table (``targets.py``),
 and only adds a second snapshot tagged with the window (the oldest is the window's).
 
-Performance strategies, each behind its own interface: the tables' commits run side by side
-(:func:`commit_tables`), and so do a table's (``commit_threads.py``), and a target MERGE that
-rewrites nearly every file skips the search for the files to rewrite (``targets.file_search``).
+Performance strategies, each with its switch in ``strategies.py``: the tables' commits run
+side by side (:func:`commit_tables`), and a target MERGE that rewrites nearly every file skips
+the search for the files to rewrite (``targets.file_search``). A table's own commits run side
+by side too (``commit_threads.py``).
 """
 
 from __future__ import annotations
@@ -54,14 +55,13 @@ _COUNTS = (
 def commit_tables(spark: SparkSession, config: ApplyConfig, works: list[TableWork]) -> None:
     """Every table's missing commits (:func:`commit_table`), the tables side by side.
 
-    A performance strategy. Saves: a window's tables committed one after the other left the
-    cores idle while each table's MERGEs were planned and committed on the driver. Windows of
-    about 950 changes to three tables in a warm driver (``bench/window.py``, three paired runs,
-    11 windows each way): the fused job's median 8.1 -> 7.6 s, its commits 2.3 -> 1.3 s. The
-    tables are independent (each commit writes its own table, from its own fold). The file
-    search is a session setting, so the tables that skip it are committed together, apart
-    from the others. A failed table stops no other table, of its group or of the other; once
-    all are done, the first group's first failure (in the order of ``works``) is raised.
+    A performance strategy (switch ``Strategies.tables_side_by_side``; off, the tables are
+    committed one after another). Saves: the cores left idle while each table's MERGEs are
+    planned and committed on the driver (bench/window.py). The tables are independent (each
+    commit writes its own table, from its own fold). The file search is a session setting,
+    so the tables that skip it are committed together, apart from the others. A failed table
+    stops no other table, of its group or of the other; once all are done, the first group's
+    first failure (in the order of ``works``) is raised.
     """
     create_namespaces(spark, [
         table for work in works if _commits_pending(work)
@@ -70,13 +70,13 @@ def commit_tables(spark: SparkSession, config: ApplyConfig, works: list[TableWor
     ])
     groups: dict[bool, list[TableWork]] = {}
     for work in works:
-        groups.setdefault(_skips_file_search(work), []).append(work)
+        groups.setdefault(config.strategies.file_search_skipped and _skips_file_search(work), []).append(work)
     failures: list[Exception] = []
     for skip, group in groups.items():
         with file_search(spark, skip):
             commits = [partial(commit_table, spark, config, work) for work in group]
             try:
-                side_by_side(commits, name="cdc-apply-table")
+                side_by_side(commits, name="cdc-apply-table", parallel=config.strategies.tables_side_by_side)
             except Exception as error:  # noqa: BLE001 - raised once the other group is done
                 failures.append(error)
     if failures:

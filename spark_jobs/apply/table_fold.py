@@ -12,11 +12,12 @@ Per table (:func:`fold_tables`, then :func:`fold_planned_table` for each):
 4. Fold its changes per key (``fold.py``) into a checkpointed frame of one outcome per key;
    the counts are observed as the checkpoint is computed.
 
-Performance strategies, each in its own place: the tables folded side by side
-(:func:`fold_side_by_side`); the fold's number of tasks (``partitioning.py``); a small
-window's guard rows read for its own keys only (``guard_keys.py``); a new target's keys
-guessed from any one change (the section *New target keys* below); the frames released when
-the job ends (:func:`release`).
+Performance strategies, each with its switch in ``strategies.py``: the tables folded side by
+side (:func:`fold_side_by_side`); a small window's guard rows read for its own keys only
+(``guard_keys.py``); a new target's keys guessed from any one change (the section *New target
+keys* below); steps 1-5 as one statement (``fold.folded_changes``). Tuning, not a switch: the
+fold's number of tasks (``partitioning.py``); the frames released when the job ends
+(:func:`release`).
 """
 
 from __future__ import annotations
@@ -86,10 +87,12 @@ def fold_tables(
         guessed[table] = _some_keys(rows, table)
         return guessed[table]
 
-    plans = plan_tables(spark, config, declarations, some_keys)
+    new_target_keys = some_keys if config.strategies.new_target_keys_guessed else partial(_first_keys, rows)
+    plans = plan_tables(spark, config, declarations, new_target_keys)
     folded = fold_side_by_side(
         [partial(fold_planned_table, spark, config, plan, rows, check, truncations.get(plan.source_table))
-         for plan in plans]
+         for plan in plans],
+        parallel=config.strategies.tables_side_by_side,
     )
     works: list[TableWork] = []
     try:
@@ -124,16 +127,15 @@ def fold_tables(
     return works
 
 
-def fold_side_by_side(folds: list[Callable[[], TableWork]]) -> list[TableWork]:
+def fold_side_by_side(folds: list[Callable[[], TableWork]], parallel: bool = True) -> list[TableWork]:
     """The tables' folds run in parallel threads; their works in the order of ``folds``.
 
-    A performance strategy. Saves: a small window's folds are chains of short Spark jobs
-    (reads, joins, two local checkpoints) whose driver-side planning leaves the cores idle;
-    three tables folded side by side instead of one after the other took their folds, in the
-    fused apply of a window of 918 changes in a warm driver, from 5.3 s to 3.6 s (cProfile of
-    the driver, bench/window.py with AIRFLOW_CDC_WARM_PROFILE_DIR). The
-    folds are independent: each reads its own table's rows and tables and sets no session
-    setting. If one fails, the others' frames are released and the first failure is raised.
+    A performance strategy (switch ``Strategies.tables_side_by_side``; without ``parallel``
+    the folds run one after another). Saves: a small window's folds are chains of short Spark
+    jobs (reads, joins, two local checkpoints) whose driver-side planning leaves the cores
+    idle (bench/window.py). The folds are independent: each reads its own table's rows and
+    tables and sets no session setting. If one fails, the others' frames are released and
+    the first failure is raised.
     """
     works: list[TableWork | None] = [None] * len(folds)
 
@@ -141,7 +143,7 @@ def fold_side_by_side(folds: list[Callable[[], TableWork]]) -> list[TableWork]:
         works[index] = folds[index]()
 
     try:
-        side_by_side([partial(fold, index) for index in range(len(folds))], name="cdc-apply-fold")
+        side_by_side([partial(fold, index) for index in range(len(folds))], name="cdc-apply-fold", parallel=parallel)
     except BaseException:
         for work in works:
             if work is not None:
@@ -180,60 +182,88 @@ def fold_planned_table(
         "history": window_commit(spark, plan.history_table.qualified, config.window_id) if plan.history else None,
     }
     if _already_applied(work):
-        recorded = work.commits["target"].apply_properties().get("counts", {})
-        for name, value in recorded.items():
-            if hasattr(result, name) and name not in ("added_columns", "widened_columns"):
-                setattr(result, name, value)
-        result.already_applied = True
-        record_snapshots(work)
+        _take_recorded_counts(work)
         return work
-
     # Changes ordered before the table's truncate lost to it (``truncates.py``).
     table_rows, late = after_guard(table_rows, table_guard(plan.target_properties, truncation))
-    target_before = table_before(spark, plan.target.qualified, work.commits["target"])
-    if target_before is not None:
+    expired = _read_before_window(spark, config, work)
+    rows_read = _fold_checkpointed(spark, config, work, table_rows)
+    result.superseded_changes += late
+    # With ``check``, plan.rows is what the recorded declarations say; the fold counted the rows.
+    work.declarations_disagree = check and rows_read + late + truncated != plan.rows
+    if result.dead_letter_rows:
+        work.dead_letters = dead_letter_rows(parse_changes(table_rows, plan), work.folded)
+    work.purge_due = expired is not None and bool(expired.get["expired"])
+    return work
+
+
+def _take_recorded_counts(work: TableWork) -> None:
+    """Step 2's end for a table whose window commits are all made: the counts its target
+    commit recorded, and its snapshots, are its result."""
+    result = work.result
+    recorded = work.commits["target"].apply_properties().get("counts", {})
+    for name, value in recorded.items():
+        if hasattr(result, name) and name not in ("added_columns", "widened_columns"):
+            setattr(result, name, value)
+    result.already_applied = True
+    record_snapshots(work)
+
+
+def _read_before_window(spark: SparkSession, config: ApplyConfig, work: TableWork) -> Observation | None:
+    """Step 3: the target and tombstones as they were before the window, into ``work``.
+
+    Returns the observation that counts the tombstones past the horizon (None: no
+    tombstones yet). They are counted as the fold's job reads the tombstones (no job of its
+    own): the tombstone MERGE purges them in the same commit, only when one exists, since
+    the purge makes the MERGE rewrite every tombstone file.
+    """
+    plan = work.plan
+    work.target_before = table_before(spark, plan.target.qualified, work.commits["target"])
+    if work.target_before is not None:
         work.target_summary = current_summary(spark, plan.target.qualified)
     tombstones_before = table_before(spark, plan.tombstones.qualified, work.commits["tombstones"])
-    # Tombstones past the horizon, counted as the fold's job reads the tombstones (no job of
-    # its own): the tombstone MERGE purges them in the same commit, only when one exists,
-    # since the purge makes the MERGE rewrite every tombstone file.
     expired = None
     if tombstones_before is not None:
         expired = Observation(f"cdc_expired_{uuid.uuid4().hex}")
         tombstones_before = tombstones_before.observe(
             expired, F.count_if(F.col("_cdc_commit_ts") < F.lit(config.tombstone_cutoff)).alias("expired")
         )
-    guard_rows = guard_rows_for(spark, plan, work.target_summary, tombstones_before is not None)
-    keys_only = guard_keys_only(plan.rows, guard_rows, config.guard_filter_max_rows)
+    work.tombstones_before = tombstones_before
+    return expired
+
+
+def _fold_checkpointed(spark: SparkSession, config: ApplyConfig, work: TableWork, table_rows: DataFrame) -> int:
+    """Step 4: the table's changes folded per key into ``work.folded`` (with history, its
+    ordered changes into ``work.changes``), checkpointed, and the counts recorded. Returns
+    the number of change rows the fold read."""
+    plan, strategies = work.plan, config.strategies
+    guard_rows = guard_rows_for(spark, plan, work.target_summary, work.tombstones_before is not None)
+    keys_only = strategies.guard_rows_of_window_keys and guard_keys_only(
+        plan.rows, guard_rows, config.guard_filter_max_rows
+    )
     if keys_only:  # at most one target and one tombstone row per changed key
         guard_rows = min(guard_rows, 2 * plan.rows)
     partitions = fold_partitions_for(spark, plan, guard_rows, config.fold_rows_per_task)
-    if plan.history:  # the history reads every change again; computed once, here
+    guarded = (table_rows, plan, work.target_before, work.tombstones_before)
+    if plan.history or not strategies.fold_in_one_statement:
         changes = ordered_changes(
-            table_rows, plan, target_before, tombstones_before, check_values=True, partitions=partitions,
-            guard_keys_only=keys_only,
-        ).localCheckpoint(eager=True)
+            *guarded, check_values=plan.history, partitions=partitions, guard_keys_only=keys_only,
+            packed_flags=strategies.packed_flags,
+        )
+        if plan.history:  # the history reads every change again; computed once, here
+            changes = work.changes = changes.localCheckpoint(eager=True)
         folded = fold_table(changes, plan)
     else:
-        changes = None
-        folded = folded_changes(table_rows, plan, target_before, tombstones_before, partitions, keys_only)
-    # Checkpointed, not only cached: the MERGEs below embed this frame in plans Iceberg
-    # rewrites, where a cache is not always recognised, and a cache is dropped when a table
-    # it read is written; a checkpoint is never recomputed. The counts are observed as the
-    # checkpoint is computed, so they cost no job of their own.
+        folded = folded_changes(*guarded, partitions, keys_only, strategies.packed_flags)
+    # Checkpointed, not only cached: the MERGEs embed this frame in plans Iceberg rewrites,
+    # where a cache is not always recognised, and a cache is dropped when a table it read is
+    # written; a checkpoint is never recomputed. The counts are observed as the checkpoint is
+    # computed, so they cost no job of their own.
     counts = Observation(f"cdc_counts_{uuid.uuid4().hex}")
-    folded = folded.observe(counts, *_count_metrics()).localCheckpoint(eager=True)
-    work.folded, work.changes, work.target_before = folded, changes, target_before
-    work.tombstones_before = tombstones_before
+    work.folded = folded.observe(counts, *_count_metrics()).localCheckpoint(eager=True)
     observed = {name: int(value or 0) for name, value in counts.get.items()}
     _record_counts(work, observed)
-    result.superseded_changes += late
-    # With ``check``, plan.rows is what the recorded declarations say; the fold counted the rows.
-    work.declarations_disagree = check and observed["rows_read"] + late + truncated != plan.rows
-    if result.dead_letter_rows:
-        work.dead_letters = dead_letter_rows(parse_changes(table_rows, plan), folded)
-    work.purge_due = expired is not None and bool(expired.get["expired"])
-    return work
+    return observed["rows_read"]
 
 
 def record_snapshots(work: TableWork) -> None:
@@ -315,10 +345,11 @@ def _record_counts(work: TableWork, counts: Mapping[str, int]) -> None:
 
 
 # --- New target keys ------------------------------------------------------------------------
-# A performance strategy: a new target's key columns are guessed from any one change (a
-# limit-1 read), and the table's first change is read only when some change names other key
-# columns (:func:`fold_tables` then folds the table again). Saves: a full read of the
-# window's key maps for every new target (no timing was recorded for it).
+# A performance strategy (switch ``Strategies.new_target_keys_guessed``; :func:`_first_keys` is
+# the plain path): a new target's key columns are guessed from any one change (a limit-1
+# read), and the table's first change is read only when some change names other key columns
+# (:func:`fold_tables` then folds the table again). Saves a read of the window's key maps per
+# new target (bench/window.py).
 
 
 def _some_keys(rows: DataFrame, source_table: str | None) -> tuple[str, ...] | None:
