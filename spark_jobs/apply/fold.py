@@ -155,49 +155,16 @@ def _parse(
     All of it runs before the fold's one shuffle, which then carries only the columns the
     fold reads (Spark prunes the others).
     """
-    names = fold_columns(plan)
-    expected_keys = sorted(plan.key_names)
-    # Cheap (no sort, no lambda): as many keys as expected, and each expected one present.
-    key_fits = " AND ".join(
-        [coalesce_false(f"size(keys) = {len(expected_keys)}")]
-        + [coalesce_false(f"map_contains_key(keys, {string(k)})") for k in expected_keys]
-    )
-    # Each key value is looked up and typed once; the key text and the bad-value test use it.
-    query.select([*carry, *[f"keys[{string(k)}] AS __rk{i}" for i, k in enumerate(plan.key_names)]])
-    query.select(["*", *[f"{typed_value(f'__rk{i}', plan.key_types[k])} AS __tk{i}" for i, k in enumerate(plan.key_names)]])
-    typed_key = key_text([(f"__tk{i}", plan.key_types[k]) for i, k in enumerate(plan.key_names)])
-    # The text of a key map that is not the target's: names and values in the map's order
-    # (the writers store names sorted), so one such map is one group.
-    other_key = "concat('!', concat_ws('\\u0001', map_keys(keys), map_values(keys)))"
     known_columns = list(dict.fromkeys([*plan.columns, *plan.key_names]))
-    # Each known column is looked up once: present when its value is not NULL, and only for
-    # a NULL value (absent, or set to NULL) is the key searched for. The count of known
-    # columns present is the cheap test for unknown ones, whose names only the reason lists.
-    query.select(
-        [
-            "*",
-            f"CASE WHEN {key_fits} THEN {typed_key} ELSE {other_key} END AS __key",
-            f"{key_fits} AS __key_fits",
-            *[f"new_values[{string(c)}] AS __g{i}" for i, c in enumerate(known_columns)],
-        ]
-    )
-    looked_up = {c: f"__g{i}" for i, c in enumerate(known_columns)}
-    query.select(
-        [
-            "*",
-            *[
-                f"(__g{i} IS NOT NULL OR {coalesce_false(f'map_contains_key(new_values, {string(c)})')}) AS __p{i}"
-                for i, c in enumerate(known_columns)
-            ],
-        ]
-    )
-    present = {c: f"__p{i}" for i, c in enumerate(known_columns)}
-    is_delete, is_reset = _IS_DELETE, _IS_RESET
+    looked_up = _look_up_keys_and_values(query, plan, carry, known_columns)
+    present = _presence(query, known_columns)
     problems = _row_problems(plan, known_columns, present, looked_up, check_values)
     if reasons:
         problem = f"coalesce({', '.join(f'CASE WHEN {c} THEN {text()} END' for c, text in problems)}) AS __row_reason"
     else:
         problem = f"({' OR '.join(coalesce_false(c) for c, _ in problems)}) AS __row_bad"
+    names = fold_columns(plan)
+    is_delete, is_reset = _IS_DELETE, _IS_RESET
     columns = [
         *carry,
         "__key",
@@ -210,6 +177,58 @@ def _parse(
     ]
     query.select(columns)
     return [column.rsplit(" AS ", 1)[-1] for column in columns]  # the output's names
+
+
+def _look_up_keys_and_values(
+    query: Query, plan: TablePlan, carry: Sequence[str], known_columns: list[str]
+) -> dict[str, str]:
+    """Stages of :func:`_parse`: the key's text and each known column's value, looked up once.
+
+    Adds ``__rk<i>`` and ``__tk<i>`` (each key value as text and typed: the key text and the
+    bad-value test use them), ``__key``, ``__key_fits`` (the key map names the target's key
+    columns) and ``__g<i>`` (each known column's value text). Returns column -> ``__g<i>``.
+    """
+    expected_keys = sorted(plan.key_names)
+    # Cheap (no sort, no lambda): as many keys as expected, and each expected one present.
+    key_fits = " AND ".join(
+        [coalesce_false(f"size(keys) = {len(expected_keys)}")]
+        + [coalesce_false(f"map_contains_key(keys, {string(k)})") for k in expected_keys]
+    )
+    query.select([*carry, *[f"keys[{string(k)}] AS __rk{i}" for i, k in enumerate(plan.key_names)]])
+    query.select(["*", *[f"{typed_value(f'__rk{i}', plan.key_types[k])} AS __tk{i}" for i, k in enumerate(plan.key_names)]])
+    typed_key = key_text([(f"__tk{i}", plan.key_types[k]) for i, k in enumerate(plan.key_names)])
+    # The text of a key map that is not the target's: names and values in the map's order
+    # (the writers store names sorted), so one such map is one group.
+    other_key = "concat('!', concat_ws('\\u0001', map_keys(keys), map_values(keys)))"
+    query.select(
+        [
+            "*",
+            f"CASE WHEN {key_fits} THEN {typed_key} ELSE {other_key} END AS __key",
+            f"{key_fits} AS __key_fits",
+            *[f"new_values[{string(c)}] AS __g{i}" for i, c in enumerate(known_columns)],
+        ]
+    )
+    return {c: f"__g{i}" for i, c in enumerate(known_columns)}
+
+
+def _presence(query: Query, known_columns: list[str]) -> dict[str, str]:
+    """A stage of :func:`_parse`: whether each known column is present in the new values.
+
+    Each known column was looked up once: present when its value is not NULL, and only for
+    a NULL value (absent, or set to NULL) is the key searched for. The count of known
+    columns present is the cheap test for unknown ones, whose names only the reason lists.
+    Returns column -> ``__p<i>``.
+    """
+    query.select(
+        [
+            "*",
+            *[
+                f"(__g{i} IS NOT NULL OR {coalesce_false(f'map_contains_key(new_values, {string(c)})')}) AS __p{i}"
+                for i, c in enumerate(known_columns)
+            ],
+        ]
+    )
+    return {c: f"__p{i}" for i, c in enumerate(known_columns)}
 
 
 def parse_changes(
@@ -540,8 +559,33 @@ def fold_table(changes: DataFrame, plan: TablePlan) -> DataFrame:
         return sql_frame(spark, query.sql())
 
 
+# The folded frame's per-key columns, before its values.
+_FOLDED = (
+    "__key", "__changes", "__not_live", "__clash", "__row_bad", "__in_target", "__tombstoned",
+    "__seq", "__last_is_delete", "__commit_ts", "__reset_seq", "__reset_is_delete",
+)
+_ACTION = case_when(
+    [
+        ("__key_reason IS NOT NULL OR __row_bad", "'DEAD'"),
+        ("__seq IS NULL", "'STALE'"),
+        ("__last_is_delete", "'DELETE'"),
+        ("__reset_seq IS NOT NULL", "'UPSERT'"),
+    ],
+    "'PATCH'",
+)
+
+
 def _fold(query: Query, plan: TablePlan) -> None:
     """Steps 4-5 as stages of ``query`` (which reads ordered changes); see :func:`fold_table`."""
+    _latest_per_key(query, plan)
+    _typed_folded_values(query, plan)
+    query.select(["*", f"{_key_reason(plan)} AS __key_reason"])
+    query.select(["*", f"{_ACTION} AS __action"])
+
+
+def _latest_per_key(query: Query, plan: TablePlan) -> None:
+    """Step 4's window pass, then each key's last row: the key's counts, its latest live
+    change, latest live reset, and per column the latest live change touching it."""
     names = fold_columns(plan)
     values = list(names.values.values())
 
@@ -563,15 +607,10 @@ def _fold(query: Query, plan: TablePlan) -> None:
         ],
         windows=_WINDOWS,
     )
-    # Type the folded values (one per key and column) and say why one does not convert.
-    # Each value converts once: arrays are parsed into elements first, and a conversion
-    # failed where a present value (or element) typed to NULL.
     arrays = {column for column, kind in plan.columns.items() if kind.startswith("array<")}
-    kept = ["__key", "__changes", "__not_live", "__clash", "__row_bad", "__in_target", "__tombstoned",
-            "__seq", "__last_is_delete", "__commit_ts", "__reset_seq", "__reset_is_delete"]
     query.select(
         [
-            *kept[:7],
+            *_FOLDED[:7],
             "__last.s AS __seq", "__last.d AS __last_is_delete", "__last.ts AS __commit_ts",
             "__reset.s AS __reset_seq", "__reset.d AS __reset_is_delete",
             *[f"{value} IS NOT NULL AS {touched}" for value, touched in values],
@@ -580,10 +619,20 @@ def _fold(query: Query, plan: TablePlan) -> None:
         ],
         where="__last_row",
     )
+
+
+def _typed_folded_values(query: Query, plan: TablePlan) -> None:
+    """Step 4's end: the folded values typed (one per key and column), and ``__value_problem``,
+    why the first that does not convert fails.
+
+    Each value converts once: arrays are parsed into elements first, and a conversion
+    failed where a present value (or element) typed to NULL.
+    """
+    names = fold_columns(plan)
     typed, failed = [], []
     for column, (value, touched) in names.values.items():
         kind = plan.columns[column]
-        elements = f"{value}_e" if column in arrays else None
+        elements = f"{value}_e" if kind.startswith("array<") else None
         typed.append(f"{typed_value(value, kind, elements=elements)} AS {value}_t")
         bad = conversion_failed(value, f"{value}_t", kind, elements)
         reason = f"concat({string(f'column {column!r} value ')}, {_text(value)}, {string(f' is not a {kind}')})"
@@ -591,15 +640,19 @@ def _fold(query: Query, plan: TablePlan) -> None:
     query.select(["*", *typed])
     query.select(
         [
-            *kept,
-            *[touched for _, touched in values],
-            *[f"{value}_t AS {value}" for value, _ in values],
+            *_FOLDED,
+            *[touched for _, touched in names.values.values()],
+            *[f"{value}_t AS {value}" for value, _ in names.values.values()],
             f"coalesce(CAST(NULL AS STRING), {', '.join(failed) or 'NULL'}) AS __value_problem",
         ]
     )
-    target_name = str(plan.target)
+
+
+def _key_reason(plan: TablePlan) -> str:
+    """SQL text: step 5's reason a key is dead (NULL: not dead, or dead of a bad row, whose
+    text names the bad change: see :func:`dead_letter_rows`)."""
     folded_bad = string("the key's folded row is bad: ")
-    key_reason = case_when(
+    return case_when(
         [
             (
                 "__clash",
@@ -615,7 +668,7 @@ def _fold(query: Query, plan: TablePlan) -> None:
             (
                 "__reset_seq IS NULL AND NOT __in_target",
                 string(
-                    f"partial update (PARTIAL image) for a key that target {target_name} does not hold: "
+                    f"partial update (PARTIAL image) for a key that target {plan.target} does not hold: "
                     f"the row's other columns are unknown, so it cannot be applied (the source's "
                     f"earlier changes of this key are missing)"
                 ),
@@ -626,17 +679,6 @@ def _fold(query: Query, plan: TablePlan) -> None:
             ),
         ]
     )
-    query.select(["*", f"{key_reason} AS __key_reason"])
-    action = case_when(
-        [
-            ("__key_reason IS NOT NULL OR __row_bad", "'DEAD'"),
-            ("__seq IS NULL", "'STALE'"),
-            ("__last_is_delete", "'DELETE'"),
-            ("__reset_seq IS NOT NULL", "'UPSERT'"),
-        ],
-        "'PATCH'",
-    )
-    query.select(["*", f"{action} AS __action"])
 
 
 def dead_letter_rows(parsed: DataFrame, folded: DataFrame) -> DataFrame:
