@@ -17,7 +17,14 @@ variant installs it into a new Python venv without the dev constraints:
 * ``docker``: the ``pip install`` and provisioning steps of ``docker/Dockerfile``, run as
   written (with its constraints file), so they cannot rot;
 * ``astro``: the Astro project template (``docker/astro``): its requirements next to the
-  providers Astro Runtime 3.3 ships, its packages.txt, its DAGs.
+  providers Astro Runtime 3.3 ships, its packages.txt, its DAGs;
+* ``emulators``: ``pip install airflow-cdc-emulators`` alone (the repository's ``emulators/``
+  distribution): no airflow-cdc, no Airflow, and each emulator's ``python -m ... --help``.
+
+Both wheels are checked for what they hold before any variant runs: the provider's holds
+``airflow_cdc`` with its Spark jobs as ``airflow_cdc.spark_jobs``, its LICENSE and project
+URLs, and no emulator, demo or top-level ``spark_jobs`` module; the emulators' holds only
+``airflow_cdc_emulators``.
 
 Every variant checks: ``pip check`` is clean, ``airflow providers list`` shows the provider,
 the example DAGs in ``dags/`` parse without import errors, ``airflow-cdc doctor`` answers OK,
@@ -98,18 +105,57 @@ def run(command: list[str], *, env: dict | None = None, cwd: Path | None = None,
     return done.stdout
 
 
-def build_wheel(work: Path) -> Path:
-    """The wheel of this working tree (tracked and new files, as git sees them)."""
+def build_wheel(work: Path, project: str = ".", name: str = "airflow_cdc") -> Path:
+    """The wheel of ``project`` (a folder of this working tree with a pyproject.toml) as its
+    tracked and new files are (as git sees them)."""
     source = work / "source"
     files = run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT).split("\n")
-    for name in filter(None, files):
-        if (ROOT / name).is_file():
-            (source / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, source / name)
+    for file in filter(None, files):
+        if (ROOT / file).is_file():
+            (source / file).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / file, source / file)
     run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
-         "-w", str(work / "dist"), str(source)])
-    [wheel] = (work / "dist").glob("airflow_cdc-*.whl")
+         "-w", str(work / "dist"), str(source / project)])
+    [wheel] = (work / "dist").glob(f"{name}-*.whl")
     return wheel
+
+
+def wheel_names(wheel: Path) -> list[str]:
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as archive:
+        return archive.namelist()
+
+
+def check_provider_wheel(wheel: Path) -> None:
+    """The provider's wheel: the package and its Spark jobs, nothing of the lab."""
+    names = wheel_names(wheel)
+    tops = sorted({n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")})
+    if tops != ["airflow_cdc"]:
+        raise CheckFailed(f"the airflow-cdc wheel has top-level entries {tops}; only airflow_cdc belongs there")
+    for required in ("airflow_cdc/spark_jobs/extract.py", "airflow_cdc/spark_jobs/apply/__init__.py",
+                     "airflow_cdc/plugins/static/"):
+        if not any(n.startswith(required) for n in names):
+            raise CheckFailed(f"the airflow-cdc wheel lacks {required}")
+    lab = [n for n in names if n.startswith(("airflow_cdc/emulators/", "airflow_cdc/demo/"))]
+    if lab:
+        raise CheckFailed(f"the airflow-cdc wheel ships emulator or demo modules: {lab[:5]}")
+    metadata = next(n for n in names if n.endswith(".dist-info/METADATA"))
+    text = __import__("zipfile").ZipFile(wheel).read(metadata).decode()
+    if "License-File: LICENSE" not in text or "Project-URL:" not in text:
+        raise CheckFailed("the airflow-cdc wheel's metadata lacks its LICENSE or project URLs")
+    if not any(n.endswith(".dist-info/licenses/LICENSE") for n in names):
+        raise CheckFailed("the airflow-cdc wheel does not hold the LICENSE file")
+    print(f"check-install wheel: {wheel.name} files={len(names)} top=airflow_cdc "
+          f"spark_jobs=airflow_cdc.spark_jobs emulators=0 demos=0", flush=True)
+
+
+def check_emulators_wheel(wheel: Path) -> None:
+    names = wheel_names(wheel)
+    tops = sorted({n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")})
+    if tops != ["airflow_cdc_emulators"]:
+        raise CheckFailed(f"the emulators' wheel has top-level entries {tops}")
+    print(f"check-install wheel: {wheel.name} files={len(names)} top=airflow_cdc_emulators", flush=True)
 
 
 # How the variants install (the Dockerfile's steps run as written): without byte-compiling
@@ -217,7 +263,7 @@ def variant_cluster(work: Path, wheel: Path) -> None:
     command = next(line for line in submit.splitlines() if line.startswith("SUBMIT:"))
     for part in ("--master spark://127.0.0.1:7077",
                  "--packages org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:", "--py-files",
-                 "spark_jobs/extract.py"):
+                 "airflow_cdc/spark_jobs/extract.py"):
         if part not in command:
             raise CheckFailed(f"cluster: the spark-submit command lacks {part!r}: {command}")
 
@@ -306,9 +352,40 @@ def variant_astro(work: Path, wheel: Path) -> None:
     check_venv("astro", python, spark_expected=True, dags=template / "dags")
 
 
+EMULATOR_HELP = {"spanner": "--commit-ts-tables", "bigtable": "--port", "dataproc": "--port"}
+
+
+def variant_emulators(work: Path, wheel: Path) -> None:
+    """The emulators installed alone, as a DAG author without a cloud would: no airflow-cdc
+    and no Airflow come with them, and each one answers ``--help``."""
+    python = new_venv(work / "emulators")
+    run([str(python), *PIP_INSTALL, str(EMULATORS_WHEEL[0])])
+    run([str(python), "-m", "pip", "check"])
+    # From the work folder: in the repository's root its own airflow_cdc folder is importable.
+    absent = run([str(python), "-c", "import importlib.util as u; "
+                  "print([m for m in ('airflow_cdc', 'airflow', 'pyspark') if u.find_spec(m)])"],
+                 cwd=work)
+    if absent.strip() != "[]":
+        raise CheckFailed(f"emulators: installing them alone brought {absent.strip()}")
+    for emulator, option in EMULATOR_HELP.items():
+        shown = run([str(python), "-m", f"airflow_cdc_emulators.{emulator}", "--help"], cwd=work)
+        if option not in shown:
+            raise CheckFailed(f"emulators: `python -m airflow_cdc_emulators.{emulator} --help` "
+                              f"does not list {option}:\n{shown}")
+    listed = json.loads(run([str(python), "-m", "pip", "list", "--format", "json"]))
+    shown_names = ("airflow-cdc-emulators", "google-cloud-spanner", "google-cloud-bigtable",
+                   "google-cloud-dataproc", "spannermockserver", "grpcio")
+    found = {p["name"].lower(): p["version"] for p in listed if p["name"].lower() in shown_names}
+    print("check-install emulators: help=" + ",".join(EMULATOR_HELP) + " "
+          + " ".join(f"{k}={v}" for k, v in sorted(found.items())), flush=True)
+
+
+# The emulators' wheel, built by main beside the provider's (a variant takes only one wheel).
+EMULATORS_WHEEL: list[Path] = []
+
 VARIANTS = {"latest": variant_latest, "lowest": variant_lowest, "cluster": variant_cluster,
             "spark": variant_spark, "java": variant_java, "docker": variant_docker,
-            "astro": variant_astro}
+            "astro": variant_astro, "emulators": variant_emulators}
 
 
 def run_variant(name: str, work: Path, wheel: Path) -> bool:
@@ -334,6 +411,9 @@ def main(argv: list[str]) -> int:
     work = Path(tempfile.mkdtemp(prefix="check-install-"))
     try:
         wheel = build_wheel(work)
+        check_provider_wheel(wheel)
+        EMULATORS_WHEEL.append(build_wheel(work / "emulators-wheel", "emulators", "airflow_cdc_emulators"))
+        check_emulators_wheel(EMULATORS_WHEEL[0])
         # Variants are independent venvs, each mostly one process at a time: two at a time
         # use both cores. The Dockerfile's steps (byte-compiled, as written) take longest, so
         # they start first. Saves, with PIP_INSTALL: all seven 12 min -> 7.0 min on 2 cores.
