@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from airflow_cdc.model import CdcError, WindowState, format_ts
@@ -58,15 +59,12 @@ def window_figure(stream_id: str, windows: Sequence, now: datetime | None = None
     """The three panels for ``windows`` (WindowHealth, any order), as a matplotlib Figure."""
     from matplotlib import dates as mdates
     from matplotlib.figure import Figure
-    from matplotlib.patches import Patch
 
     if not windows:
         raise CdcError(f"stream {stream_id!r} has no windows yet: nothing to chart")
     windows = sorted(windows, key=lambda w: w.record.start)
-    starts = [w.record.start for w in windows]
     width = min((w.record.end - w.record.start) for w in windows) * 0.8
-    width_days = width / timedelta(days=1)
-    x = [mdates.date2num(s) for s in starts]
+    bars = _Bars(x=[mdates.date2num(w.record.start) for w in windows], width=width / timedelta(days=1))
 
     # Fixed margins: matplotlib's constrained layout would double the drawing time.
     figure = Figure(figsize=(11, 8.2), dpi=100)
@@ -80,16 +78,44 @@ def window_figure(stream_id: str, windows: Sequence, now: datetime | None = None
         f"{format_ts(last.end)[:16]} UTC",
         fontsize=13, fontweight="bold",
     )
+    _lag_panel(lag_axes, windows, bars)
+    _change_panel(change_axes, windows, bars)
+    _step_panel(step_axes, windows, bars)
+    _time_axis(step_axes, bars)
+    for axes in (lag_axes, change_axes, step_axes):
+        axes.grid(axis="y", color="#e0e0e0", linewidth=0.8)
+        axes.set_axisbelow(True)
+        for side in ("top", "right"):
+            axes.spines[side].set_visible(False)
+    if now is not None:
+        figure.text(0.005, 0.005, f"drawn {format_ts(now)[:19]}Z by airflow-cdc", ha="left",
+                    va="bottom", fontsize=7, color="#757575")
+    return figure
 
-    # 1. freshness and lag: lag bars on the left axis, the delay line on its own right axis
-    # (a replayed history completes long after its windows ended: one scale would hide the lag)
+
+@dataclass(frozen=True)
+class _Bars:
+    """Where each window's bar stands: its left edge (matplotlib date numbers) and the width
+    of every bar (days)."""
+
+    x: list[float]
+    width: float
+
+
+def _lag_panel(lag_axes, windows: Sequence, bars: _Bars) -> None:
+    """Panel 1, freshness and lag: lag bars on the left axis, the delay line on its own right
+    axis (a replayed history completes long after its windows ended: one scale would hide
+    the lag)."""
+    from matplotlib.patches import Patch
+
+    x, width_days = bars.x, bars.width
     largest = max([w.lag_seconds for w in windows] + [1.0])
     size, unit = time_unit(largest)
-    bars = lag_axes.bar(
+    lag_bars = lag_axes.bar(
         x, [w.lag_seconds / size for w in windows], width=width_days, align="edge",
         color=[STATE_COLOURS[w.record.state] for w in windows],
     )
-    for bar, w in zip(bars, windows):
+    for bar, w in zip(lag_bars, windows):
         bar.set_gid(f"lag-{format_ts(w.record.start)}")
     lag_axes.set_title("Freshness and lag per window", loc="left", fontsize=11)
     lag_axes.set_ylabel(f"lag ({unit})")
@@ -99,23 +125,31 @@ def window_figure(stream_id: str, windows: Sequence, now: datetime | None = None
     delays = [(xi + width_days / 2, w.delay_seconds)
               for xi, w in zip(x, windows) if w.delay_seconds is not None]
     if delays:
-        delay_size, delay_unit = time_unit(max(d for _, d in delays) or 1.0)
-        delay_axes = lag_axes.twinx()
-        (line,) = delay_axes.plot(
-            [d[0] for d in delays], [d[1] / delay_size for d in delays], color=DELAY_COLOUR,
-            marker="o", markersize=4, linewidth=1.5,
-            label="delay: window end → COMPLETE (freshness when the gate opened)",
-        )
-        delay_axes.set_ylabel(f"delay ({delay_unit})", color=DELAY_COLOUR)
-        delay_axes.set_ylim(0, max(d for _, d in delays) / delay_size * 1.35 or 1.0)
-        delay_axes.spines["top"].set_visible(False)
-        handles.append(line)
+        handles.append(_delay_line(lag_axes, delays))
     lag_axes.legend(handles=handles, loc="upper left", fontsize=8, ncols=4, frameon=False)
     if not any(w.lag_seconds for w in windows):
         lag_axes.text(0.5, 0.4, "lag 0: every window's low watermark reached its end",
                       transform=lag_axes.transAxes, ha="center", va="center", color="#2e7d32")
 
-    # 2. changes and dead letters
+
+def _delay_line(lag_axes, delays: list[tuple[float, float]]):
+    """Each window's delay (x, seconds) as a line on the lag panel's own right axis."""
+    delay_size, delay_unit = time_unit(max(d for _, d in delays) or 1.0)
+    delay_axes = lag_axes.twinx()
+    (line,) = delay_axes.plot(
+        [d[0] for d in delays], [d[1] / delay_size for d in delays], color=DELAY_COLOUR,
+        marker="o", markersize=4, linewidth=1.5,
+        label="delay: window end → COMPLETE (freshness when the gate opened)",
+    )
+    delay_axes.set_ylabel(f"delay ({delay_unit})", color=DELAY_COLOUR)
+    delay_axes.set_ylim(0, max(d for _, d in delays) / delay_size * 1.35 or 1.0)
+    delay_axes.spines["top"].set_visible(False)
+    return line
+
+
+def _change_panel(change_axes, windows: Sequence, bars: _Bars) -> None:
+    """Panel 2: change rows per window, dead letters stacked on top."""
+    x, width_days = bars.x, bars.width
     changes = [w.changes or 0 for w in windows]
     dead = [w.dead_letters for w in windows]
     change_bars = change_axes.bar(x, changes, width=width_days, align="edge", color="#1976d2",
@@ -130,7 +164,10 @@ def window_figure(stream_id: str, windows: Sequence, now: datetime | None = None
     change_axes.set_ylim(0, max([c + d for c, d in zip(changes, dead)] + [1]) * 1.3)
     change_axes.legend(loc="upper left", fontsize=8, ncols=2, frameon=False)
 
-    # 3. step durations
+
+def _step_panel(step_axes, windows: Sequence, bars: _Bars) -> None:
+    """Panel 3: the seconds each protocol step took, stacked."""
+    x, width_days = bars.x, bars.width
     recorded = [w for w in windows if w.step_seconds]
     largest_step = max([sum(w.step_seconds.values()) for w in recorded] + [1.0])
     size, unit = time_unit(largest_step)
@@ -150,21 +187,17 @@ def window_figure(stream_id: str, windows: Sequence, now: datetime | None = None
     else:
         step_axes.text(0.5, 0.5, "no step timings recorded for these windows",
                        transform=step_axes.transAxes, ha="center", va="center", color="#616161")
-    step_axes.set_xlabel("window start (UTC)")
 
+
+def _time_axis(step_axes, bars: _Bars) -> None:
+    """The shared time axis, labelled under the bottom panel, a little room on its right."""
+    from matplotlib import dates as mdates
+
+    step_axes.set_xlabel("window start (UTC)")
     locator = mdates.AutoDateLocator(minticks=3, maxticks=10)
     step_axes.xaxis.set_major_locator(locator)
     step_axes.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
-    step_axes.set_xlim(x[0] - width_days * 0.5, x[-1] + width_days * 1.75)
-    for axes in (lag_axes, change_axes, step_axes):
-        axes.grid(axis="y", color="#e0e0e0", linewidth=0.8)
-        axes.set_axisbelow(True)
-        for side in ("top", "right"):
-            axes.spines[side].set_visible(False)
-    if now is not None:
-        figure.text(0.005, 0.005, f"drawn {format_ts(now)[:19]}Z by airflow-cdc", ha="left",
-                    va="bottom", fontsize=7, color="#757575")
-    return figure
+    step_axes.set_xlim(bars.x[0] - bars.width * 0.5, bars.x[-1] + bars.width * 1.75)
 
 
 def render(figure, fmt: str) -> bytes:
