@@ -8,7 +8,7 @@ SYSTEM_JARS := /usr/share/java/postgresql.jar /usr/share/java/sqlite-jdbc.jar /u
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
-.PHONY: setup test test-long test-live faults races hostile check-install demo ui-screenshot demo-datastream demo-bigtable demo-debezium demo-snapshot demo-commit-ts demo-cluster live-datastream live-bigtable live-debezium live-commit-ts bench services system-packages constraints clean
+.PHONY: setup test test-long test-live faults races hostile check-install demo ui-screenshot demo-datastream demo-bigtable demo-debezium demo-snapshot demo-commit-ts demo-cluster live-datastream live-bigtable live-debezium live-commit-ts bench docs services system-packages constraints clean
 
 # Bytecode is written on first import, so every later process (each spark-submit's driver,
 # each Python worker of Spark, each Airflow task) loads it instead of compiling its modules
@@ -180,6 +180,13 @@ live-commit-ts: setup
 bench: setup services
 	@failed=""; for b in bench/*.py; do $(PY) "$$b" || failed="$$failed $$b"; done; \
 	if [ -n "$$failed" ]; then echo "bench: failed:$$failed" >&2; exit 1; fi
+
+## docs: the documentation site (MkDocs Material; the API reference by mkdocstrings from the
+## docstrings, read statically: nothing is imported) from docs/ into build/docs. --strict makes
+## every warning an error: a broken link or anchor, a page left out of the navigation, a
+## reference that names no object. Its packages come with the dev extra (make setup).
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir build/docs
 
 ## constraints: regenerate constraints.txt from the current venv (keeps the header).
 constraints:
