@@ -560,13 +560,52 @@ def capture(
 
 
 def _run(config, output, state, stop, max_seconds, until_idle_seconds) -> CaptureResult:
+    """Run the engine into the sink layout until a reason to stop, then shut it down cleanly
+    (see :func:`capture`)."""
+    log_file, log_config = _write_log_config(config, state)
+    writer = _sink_writer(config, output)
+    props = config.engine_properties()
+    java = _java(config, log_config)
+    session = _Session(writer)
+    engine = _build_engine(java, props, session, log_file)
+    engine_errors: list[BaseException] = []
+    started = time.monotonic()
+    thread = _start_engine(engine, engine_errors)
+    log.info("Debezium capture into %s started (log: %s)", output, log_file)
+    idle = None if until_idle_seconds is None else _IdleWatch(java, props["topic.prefix"], until_idle_seconds)
+    reason = "engine_stopped"
+    try:
+        reason = _wait_for_stop(session, thread, started, stop, max_seconds, idle)
+    except KeyboardInterrupt:
+        reason = "stop"
+    finally:
+        _shutdown(java, engine, thread, session)
+    _raise_failure(session, engine_errors, reason, output, log_file)
+    return CaptureResult(
+        reason=reason,
+        seconds=round(time.monotonic() - started, 3),
+        records=dict(writer.stats.records),
+        files=len(writer.stats.files),
+        not_written_at_stop=session.not_written_at_stop,
+        output=str(output),
+        log_file=str(log_file),
+    )
+
+
+def _write_log_config(config: CaptureConfig, state: Path) -> tuple[Path, Path]:
+    """Debezium's log4j2 configuration written into ``state``: (the log file, the configuration)."""
     log_file = (state / "debezium.log").resolve()
     log_config = (state / "log4j2.properties").resolve()
     log_config.write_text(
         _log4j_properties(log_file, config.log_level.upper(), config.console_log_level.upper()), encoding="utf-8"
     )
+    return log_file, log_config
+
+
+def _sink_writer(config: CaptureConfig, output: Path) -> SinkLayoutWriter:
+    """The writer of the sink layout in ``output``; CaptureConfigError for settings it refuses."""
     try:
-        writer = SinkLayoutWriter(
+        return SinkLayoutWriter(
             output,
             flush_size=config.flush_size,
             rotate_interval_ms=config.rotate_interval_ms,
@@ -575,15 +614,16 @@ def _run(config, output, state, stop, max_seconds, until_idle_seconds) -> Captur
         )
     except LayoutError as error:
         raise CaptureConfigError(str(error)) from error
-    props = config.engine_properties()
-    java = _java(config, log_config)
-    session = _Session(writer)
 
+
+def _build_engine(java, props: dict[str, str], session: _Session, log_file: Path):
+    """Debezium's embedded engine for ``props``, reporting to ``session``; CaptureError when
+    Debezium refuses the properties."""
     java_props = java["Properties"]()
     for key, value in props.items():
         java_props.setProperty(key, value)
     try:
-        engine = (
+        return (
             java["DebeziumEngine"].create(java["Json"])
             .using(java_props)
             .using(java["CompletionCallback"](session))
@@ -596,7 +636,11 @@ def _run(config, output, state, stop, max_seconds, until_idle_seconds) -> Captur
             f"Debezium refused the connector properties ({error}): check connector.class "
             f"({props['connector.class']!r}) and the connector's required properties. Log: {log_file}"
         ) from error
-    engine_errors: list[BaseException] = []
+
+
+def _start_engine(engine, engine_errors: list[BaseException]) -> threading.Thread:
+    """The engine run on a daemon thread; what it raises is appended to ``engine_errors``, to
+    be reported on the caller's thread."""
 
     def run_engine():
         try:
@@ -604,46 +648,69 @@ def _run(config, output, state, stop, max_seconds, until_idle_seconds) -> Captur
         except BaseException as error:  # noqa: BLE001 - reported on the caller's thread
             engine_errors.append(error)
 
-    started = time.monotonic()
     thread = threading.Thread(target=run_engine, name="debezium-engine", daemon=True)
     thread.start()
-    log.info("Debezium capture into %s started (log: %s)", output, log_file)
+    return thread
 
-    prefix = props["topic.prefix"]
-    streaming_since: float | None = None
-    next_metrics_check = 0.0
-    reason = "engine_stopped"
-    try:
-        while True:
-            if session.error is not None or session.finished.is_set() or not thread.is_alive():
-                reason = "engine_stopped"
-                break
-            now = time.monotonic()
-            if stop is not None and stop.is_set():
-                reason = "stop"
-                break
-            if max_seconds is not None and now - started >= max_seconds:
-                reason = "max_seconds"
-                break
-            if until_idle_seconds is not None:
-                if streaming_since is None and now >= next_metrics_check:
-                    next_metrics_check = now + 0.5
-                    if _streaming_connected(java, prefix):
-                        streaming_since = now
-                quiet_from = max(streaming_since or 0.0, session.last_data_at or 0.0)
-                if streaming_since is not None and now - quiet_from >= until_idle_seconds:
-                    reason = "idle"
-                    break
-            with session.lock:
-                if session.error is None and session.committer is not None:
-                    session.writer.rotate_due()
-                    session.acknowledge_durable()
-            time.sleep(0.1)
-    except KeyboardInterrupt:
-        reason = "stop"
-    finally:
-        _shutdown(java, engine, thread, session)
 
+class _IdleWatch:
+    """Whether a capture has gone ``seconds`` without a record other than heartbeats.
+
+    Counted from when the connector's streaming phase is connected (asked of its metrics at
+    most every half second), so a snapshot is never cut short, or from the last record.
+    """
+
+    def __init__(self, java, prefix: str, seconds: float) -> None:
+        self.java, self.prefix, self.seconds = java, prefix, seconds
+        self.streaming_since: float | None = None
+        self.next_metrics_check = 0.0
+
+    def is_idle(self, now: float, last_data_at: float | None) -> bool:
+        if self.streaming_since is None and now >= self.next_metrics_check:
+            self.next_metrics_check = now + 0.5
+            if _streaming_connected(self.java, self.prefix):
+                self.streaming_since = now
+        if self.streaming_since is None:
+            return False
+        quiet_from = max(self.streaming_since, last_data_at or 0.0)
+        return now - quiet_from >= self.seconds
+
+
+def _wait_for_stop(
+    session: _Session,
+    thread: threading.Thread,
+    started: float,
+    stop: threading.Event | None,
+    max_seconds: float | None,
+    idle: _IdleWatch | None,
+) -> str:
+    """The reason the capture stops: ``engine_stopped``, ``stop``, ``max_seconds`` or ``idle``.
+
+    Until then, every tenth of a second, files due are rotated and the records of files with
+    their final names acknowledged.
+    """
+    while True:
+        if session.error is not None or session.finished.is_set() or not thread.is_alive():
+            return "engine_stopped"
+        now = time.monotonic()
+        if stop is not None and stop.is_set():
+            return "stop"
+        if max_seconds is not None and now - started >= max_seconds:
+            return "max_seconds"
+        if idle is not None and idle.is_idle(now, session.last_data_at):
+            return "idle"
+        with session.lock:
+            if session.error is None and session.committer is not None:
+                session.writer.rotate_due()
+                session.acknowledge_durable()
+        time.sleep(0.1)
+
+
+def _raise_failure(
+    session: _Session, engine_errors: list[BaseException], reason: str, output: Path, log_file: Path
+) -> None:
+    """CaptureError when writing the records failed, the engine raised, or it stopped with an
+    error; a batch dropped by a shutdown this capture asked for is only logged."""
     if session.error is not None:
         raise CaptureError(f"writing Debezium's records into {output} failed: {session.error}") from session.error
     if engine_errors:
@@ -664,16 +731,6 @@ def _run(config, output, state, stop, max_seconds, until_idle_seconds) -> Captur
             raise CaptureError(
                 f"the Debezium engine stopped with an error: {text.rstrip('. ')}.{_hint(text)} Log: {log_file}"
             )
-
-    return CaptureResult(
-        reason=reason,
-        seconds=round(time.monotonic() - started, 3),
-        records=dict(writer.stats.records),
-        files=len(writer.stats.files),
-        not_written_at_stop=session.not_written_at_stop,
-        output=str(output),
-        log_file=str(log_file),
-    )
 
 
 _SHUTDOWN_RACE = "java.util.concurrent.RejectedExecutionException"
