@@ -150,7 +150,7 @@ def test_both_pipelines_take_the_shared_options_and_pass_them_to_their_tasks():
 def test_a_failed_compaction_is_logged_as_a_warning_naming_the_window_and_the_table(caplog):
     import logging
 
-    from airflow_cdc.operators.window import warn_failed_compactions
+    from airflow_cdc.pipeline.apply_step import warn_failed_compactions
 
     log = logging.getLogger("test.apply")
     result = {"tables": [

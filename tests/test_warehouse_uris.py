@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from airflow_cdc.assets import iceberg_location
 from airflow_cdc.hooks.iceberg_catalog import catalog_from_connection
 from airflow_cdc.model import Window
-from airflow_cdc.operators.window import default_work_root
+from airflow_cdc.pipeline.work_folder import default_work_root
 from airflow_cdc.pipeline.protocol import StreamConfig
 from airflow_cdc.spark.dataproc import DataprocRun, secret_uri_of
 from airflow_cdc.spark.iceberg import IcebergCatalog, default_warehouse

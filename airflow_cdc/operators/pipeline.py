@@ -25,15 +25,13 @@ from airflow.providers.common.compat.sdk import TaskGroup
 
 from airflow_cdc.hooks.state import DEFAULT_CONN_ID
 from airflow_cdc.operators.spanner import spanner_stream_config
-from airflow_cdc.operators.window import (
-    DEFAULT_LEASE_SECONDS,
-    ApplySettings,
-    CdcApplyOperator,
-    CdcCommitWindowOperator,
-    CdcExtractOperator,
-    CdcPlanOperator,
-)
+from airflow_cdc.operators.apply import CdcApplyOperator
+from airflow_cdc.operators.commit import CdcCommitWindowOperator
+from airflow_cdc.operators.extract import CdcExtractOperator
+from airflow_cdc.operators.plan import DEFAULT_WAIT_TIMEOUT, CdcPlanOperator
+from airflow_cdc.pipeline.apply_step import DEFAULT_TOMBSTONE_HORIZON_SECONDS, ApplySettings
 from airflow_cdc.pipeline.empty_window import DEFAULT_PROBE_LIMIT
+from airflow_cdc.pipeline.lease import DEFAULT_LEASE_SECONDS
 from airflow_cdc.pipeline.protocol import StreamConfig
 from airflow_cdc.sensors.gate import CdcWindowCompleteSensor
 from airflow_cdc.spark.iceberg import IcebergCatalog

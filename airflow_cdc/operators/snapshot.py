@@ -22,7 +22,7 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import AirflowFailException
 
-from airflow_cdc.operators.window import CdcSparkOperator
+from airflow_cdc.operators.spark_step import CdcSparkOperator
 
 _DIALECTS = {"postgres": "postgresql", "postgresql": "postgresql", "mysql": "mariadb",
              "mariadb": "mariadb"}

@@ -1,11 +1,11 @@
 """The empty-window rule: a window its source proves empty is extracted and applied without Spark.
 
-A performance strategy (issue 27). Saves both Spark applications of an empty window (each a
+A performance strategy. Saves both Spark applications of an empty window (each a
 JVM, a SparkSession and the Iceberg catalog); ``bench/window.py``'s empty window shows it
 (figures in docs/performance.md).
 
 Most windows of a quiet stream hold no change at all, yet each paid two Spark applications
-to learn it. The extract task (:class:`~airflow_cdc.operators.window.CdcExtractOperator`)
+to learn it. The extract task (:class:`~airflow_cdc.operators.extract.CdcExtractOperator`)
 may instead read the window's partitions itself, in the Airflow worker, and stop at the
 first change:
 

@@ -19,7 +19,7 @@ KILLED_TASK = """
 import os, signal, sys
 from pathlib import Path
 from airflow_cdc.operators.spanner import spanner_stream_config
-from airflow_cdc.operators.window import CdcExtractOperator
+from airflow_cdc.operators.extract import CdcExtractOperator
 
 class Extract(CdcExtractOperator):
     def source_overrides(self, context):
@@ -50,7 +50,7 @@ class RemoteDriver:
 
 def test_a_driver_elsewhere_gets_a_private_file_deleted_when_the_job_ends(tmp_path):
     from airflow_cdc.operators.spanner import spanner_stream_config
-    from airflow_cdc.operators.window import CdcExtractOperator
+    from airflow_cdc.operators.extract import CdcExtractOperator
 
     class Extract(CdcExtractOperator):
         def source_overrides(self, context):

@@ -25,7 +25,7 @@ from airflow.sdk import DAG
 from airflow.timetables.interval import DeltaDataIntervalTimetable
 
 from airflow_cdc.operators.datastream import datastream_stream_config
-from airflow_cdc.operators.window import CdcPlanOperator
+from airflow_cdc.operators.plan import CdcPlanOperator
 
 with DAG("gap", schedule=DeltaDataIntervalTimetable(timedelta(seconds=30)),
          start_date=datetime(2025, 1, 1, tzinfo=timezone.utc), catchup=False) as dag:

@@ -7,7 +7,7 @@ import time
 from datetime import datetime, timezone
 
 from airflow_cdc.model import PartitionPosition
-from airflow_cdc.operators.window import kept_lease
+from airflow_cdc.pipeline.lease import kept_lease
 from airflow_cdc.state import StateStore
 
 from cdc_airflow_support import W1

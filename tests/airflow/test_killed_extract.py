@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_cdc.operators.window import with_rerun_hint
+from airflow_cdc.pipeline.extract_step import with_rerun_hint
 from airflow_cdc.spark.job import SparkJobError, SparkJobSpec
 from airflow_cdc.spark.runners import LocalSparkRunner, killed_detail
 

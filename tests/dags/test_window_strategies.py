@@ -110,7 +110,7 @@ def test_every_window_run_succeeds(replay):
 
 
 def test_a_window_with_changes_runs_one_spark_application_that_extracts_and_applies(replay):
-    from airflow_cdc.operators.window import FUSED_APPLY_RESULT
+    from airflow_cdc.pipeline.apply_step import FUSED_APPLY_RESULT
 
     files = window_files(replay, ENDS[0])
     fused = json.loads((window_dir_of(replay, ENDS[0]) / FUSED_APPLY_RESULT).read_text())

@@ -30,7 +30,7 @@ from airflow.sdk import DAG, task
 from airflow.timetables.interval import DeltaDataIntervalTimetable
 
 from airflow_cdc.operators.datastream import datastream_stream_config
-from airflow_cdc.operators.window import CdcPlanOperator
+from airflow_cdc.operators.plan import CdcPlanOperator
 
 for dag_id in ("ds_wait", "ds_first", "ds_second", "ds_third"):
     with DAG(dag_id, schedule=DeltaDataIntervalTimetable(timedelta(seconds=30)),
