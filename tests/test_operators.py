@@ -3,6 +3,7 @@ apply task's warning for a failed compaction."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import pytest
@@ -166,3 +167,43 @@ def test_a_failed_compaction_is_logged_as_a_warning_naming_the_window_and_the_ta
     assert record.levelno == logging.WARNING
     assert "window w-1 is applied" in record.getMessage()
     assert "lake.t.a: ValidationException" in record.getMessage()
+
+
+def test_a_window_operators_templated_fields_make_the_stream_it_runs():
+    from airflow.sdk import DAG
+    from airflow.timetables.interval import CronDataIntervalTimetable
+
+    from airflow_cdc.operators.apply import CdcApplyOperator
+    from airflow_cdc.operators.datastream import datastream_stream_config
+
+    with DAG("templated", schedule=CronDataIntervalTimetable("@hourly", timezone="UTC"),
+             start_date=T, params={"folder": "landing", "ns": "gold"}) as dag:
+        apply = CdcApplyOperator(
+            task_id="apply",
+            stream=datastream_stream_config(stream_id="orders", prefix="/data/{{ params.folder }}"),
+            stream_id="{{ params.folder }}_orders",
+            work_root="/work/{{ params.folder }}",
+            targets={"namespace": "{{ params.ns }}"},
+            source_conn={"gcp_conn_id": "{{ params.folder }}_gcp"},
+        )
+    assert {"stream_id", "spec", "work_root", "source_conn", "targets"} <= set(apply.template_fields)
+
+    apply.render_template_fields({"params": dag.params})
+
+    stream = apply.stream_config
+    assert (stream.stream_id, stream.source_spec["prefix"], stream.work_root) == (
+        "landing_orders", "/data/landing", "/work/landing")
+    assert stream.source_spec["stream_id"] == "landing_orders"
+    assert apply.targets == {"namespace": "gold"}
+    assert apply.source_conn == {"gcp_conn_id": "landing_gcp"}
+
+
+def test_an_untemplated_window_operator_runs_the_stream_it_was_given(monkeypatch):
+    from airflow_cdc.operators.plan import CdcPlanOperator
+    from airflow_cdc.operators.spanner import spanner_stream_config
+
+    monkeypatch.setenv("AIRFLOW_CDC_WORK_ROOT", "/cdc-work")
+    stream = spanner_stream_config(instance_id="i", database_id="d", change_stream="Orders")
+    plan = CdcPlanOperator(task_id="plan", stream=stream)
+
+    assert plan.stream_config == replace(stream, work_root="/cdc-work")

@@ -8,7 +8,10 @@ from airflow_cdc.sources.bigtable.connection import BigtableConnection
 
 
 class BigtableChangeStreamHook(EmulatorAwareGoogleHook):
-    """Builds the connection Spark tasks and the readiness probe use to read a change stream."""
+    """Builds the connection Spark tasks and the readiness probe use to read a change stream.
+
+    Its parameters are :class:`~airflow_cdc.hooks.google.EmulatorAwareGoogleHook`'s.
+    """
 
     emulator_env = "BIGTABLE_EMULATOR_HOST"
 

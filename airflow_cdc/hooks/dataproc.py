@@ -17,7 +17,10 @@ DATAPROC_EMULATOR_ENV = "DATAPROC_EMULATOR_HOST"
 
 
 class CdcDataprocHook(EmulatorAwareGoogleHook, DataprocHook):
-    """``DataprocHook`` whose clients reach the Dataproc emulator when one is named."""
+    """``DataprocHook`` whose clients reach the Dataproc emulator when one is named.
+
+    Its parameters are :class:`~airflow_cdc.hooks.google.EmulatorAwareGoogleHook`'s.
+    """
 
     emulator_env = DATAPROC_EMULATOR_ENV
 

@@ -29,7 +29,11 @@ def split_gcs_uri(uri: str) -> tuple[str, str]:
 
 
 class DatastreamFilesHook:
-    """Finds the event files under a Datastream destination prefix."""
+    """Finds the event files under a Datastream destination prefix.
+
+    :param gcp_conn_id: the Google Cloud connection.
+    :param impersonation_chain: a service account to impersonate, or a chain of them.
+    """
 
     def __init__(
         self,
@@ -71,7 +75,13 @@ class DatastreamFilesHook:
 
 class DatastreamSourceHook(DatastreamFilesHook):
     """What Datastream's plan step needs of Airflow: the files (GCS or a local folder) and,
-    with ``key_columns_conn_id``, the primary keys of source tables in the source database."""
+    with ``key_columns_conn_id``, the primary keys of source tables in the source database.
+
+    :param gcp_conn_id: the Google Cloud connection.
+    :param impersonation_chain: a service account to impersonate, or a chain of them.
+    :param key_columns_conn_id: a connection to the source database whose primary keys are
+        looked up (:class:`~airflow_cdc.hooks.source_keys.SourcePrimaryKeyHook`; None: none).
+    """
 
     def __init__(
         self,

@@ -27,7 +27,11 @@ STORAGE_EMULATOR_ENV = "STORAGE_EMULATOR_HOST"
 
 
 class DebeziumSinkHook:
-    """Lists and reads the sink's files for the plan, and connects the extract job to them."""
+    """Lists and reads the sink's files for the plan, and connects the extract job to them.
+
+    :param gcp_conn_id: the Google Cloud connection.
+    :param impersonation_chain: a service account to impersonate, or a chain of them.
+    """
 
     def __init__(
         self,

@@ -17,7 +17,15 @@ from airflow.providers.google.common.hooks.base_google import GoogleBaseHook
 
 
 class EmulatorAwareGoogleHook(GoogleBaseHook):
-    """A GoogleBaseHook that needs no connection when an emulator is named."""
+    """A GoogleBaseHook that needs no connection when an emulator is named.
+
+    :param gcp_conn_id: the Google Cloud connection.
+    :param impersonation_chain: a service account to impersonate, or a chain of them.
+    :param emulator_host: the emulator's ``host:port`` (None: the service's emulator
+        environment variable, :attr:`emulator_env`, if set).
+    :param pass_credentials: hand a short-lived access token of the connection to Spark jobs
+        (False: executors use their own Application Default Credentials).
+    """
 
     #: The environment variable Google's client reads for this service's emulator.
     emulator_env: ClassVar[str] = ""

@@ -51,7 +51,11 @@ class IcebergCatalogConnectionError(ValueError):
 
 
 class IcebergCatalogHook(BaseHook):
-    """Builds the Iceberg catalog an ``iceberg_catalog`` Airflow Connection describes."""
+    """Builds the Iceberg catalog an ``iceberg_catalog`` Airflow Connection describes.
+
+    :param iceberg_conn_id: the ``iceberg_catalog`` connection.
+    :param catalog_name: the catalog's name in Spark (``<catalog>.<namespace>.<table>``).
+    """
 
     conn_name_attr = "iceberg_conn_id"
     default_conn_name = DEFAULT_CONN_ID

@@ -32,7 +32,10 @@ class SourceKeyLookupError(AirflowException):
 
 
 class SourcePrimaryKeyHook(BaseHook):
-    """Looks up primary keys of source tables through the connection ``source_conn_id``."""
+    """Looks up primary keys of source tables through the connection ``source_conn_id``.
+
+    :param source_conn_id: a connection to the source database (its type names the database).
+    """
 
     conn_name_attr = "source_conn_id"
     hook_name = "airflow-cdc source primary keys"

@@ -12,7 +12,10 @@ from airflow_cdc.sources.spanner.reader import SpannerConnection
 
 
 class SpannerChangeStreamHook(EmulatorAwareGoogleHook):
-    """Builds the connection Spark tasks use to read a change stream."""
+    """Builds the connection Spark tasks use to read a change stream.
+
+    Its parameters are :class:`~airflow_cdc.hooks.google.EmulatorAwareGoogleHook`'s.
+    """
 
     emulator_env = "SPANNER_EMULATOR_HOST"
 
@@ -60,7 +63,10 @@ RESEED_VARIABLE = "airflow_cdc_reseed__{stream_id}"
 
 class SpannerDatabaseHook(SpannerChangeStreamHook):
     """A Spanner database for the commit-timestamp source: the schema, the retention, and the
-    re-seed requests of its streams (kept as Airflow Variables, visible in the UI)."""
+    re-seed requests of its streams (kept as Airflow Variables, visible in the UI).
+
+    Its parameters are :class:`~airflow_cdc.hooks.google.EmulatorAwareGoogleHook`'s.
+    """
 
     def reseed_requests(self, stream_id: str) -> list:
         """The instants re-seeds were requested at for ``stream_id`` (oldest first)."""

@@ -25,7 +25,10 @@ DEFAULT_CONN_ID = "cdc_state_default"
 
 
 class CdcStateHook(BaseHook):
-    """Connects to the airflow-cdc state store named by an Airflow Connection."""
+    """Connects to the airflow-cdc state store named by an Airflow Connection.
+
+    :param cdc_state_conn_id: the state store's connection (type ``cdc_state``).
+    """
 
     conn_name_attr = "cdc_state_conn_id"
     default_conn_name = DEFAULT_CONN_ID

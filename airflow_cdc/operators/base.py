@@ -54,9 +54,15 @@ class CdcWindowOperator(BaseOperator):
     :param cdc_state_conn_id: the state store's connection.
     :param lease_seconds: how long the window's lease lasts; each step renews it when it
         starts and a Spark job keeps renewing it while it runs.
+    :param stream_id: the stream's id, when it differs from ``stream``'s (default: the
+        stream's). Templated.
+    :param spec: the stream's source spec (default: the stream's). Templated: a Jinja value
+        the source accepted when the DAG was parsed is rendered when the task runs.
+    :param work_root: where plan and outcome files live (default: the stream's, else
+        :func:`~airflow_cdc.pipeline.work_folder.default_work_root`). Templated.
 
-    Templated: ``stream_id``, ``spec`` (the stream's source spec), ``work_root`` (both from
-    ``stream``) and ``source_conn``; a rendered value replaces the stream's when the task runs.
+    ``source_conn`` is templated too; the rendered values make the stream the task runs
+    (:attr:`stream_config`).
     """
 
     ui_color = "#e8f4fd"
@@ -72,6 +78,9 @@ class CdcWindowOperator(BaseOperator):
         iceberg_conn_id: str | None = None,
         cdc_state_conn_id: str = DEFAULT_CONN_ID,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
+        stream_id: str | None = None,
+        spec: Mapping[str, Any] | None = None,
+        work_root: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -80,9 +89,9 @@ class CdcWindowOperator(BaseOperator):
                 f"task {kwargs.get('task_id')!r}: give catalog= or iceberg_conn_id=, not both"
             )
         self.stream = stream
-        self.stream_id = stream.stream_id
-        self.spec = stream.source_spec
-        self.work_root = stream.work_root
+        self.stream_id = stream.stream_id if stream_id is None else stream_id
+        self.spec = stream.source_spec if spec is None else dict(spec)
+        self.work_root = stream.work_root if work_root is None else work_root
         self.source_conn = dict(source_conn or {})
         self.catalog = catalog
         self.iceberg_conn_id = iceberg_conn_id
@@ -91,13 +100,20 @@ class CdcWindowOperator(BaseOperator):
         self.lease_seconds = lease_seconds
 
     @property
+    def source_spec(self) -> dict:
+        """The source spec the task runs with: ``spec`` as rendered, naming ``stream_id``."""
+        if self.spec.get("stream_id", self.stream_id) == self.stream_id:
+            return self.spec
+        return {**self.spec, "stream_id": self.stream_id}
+
+    @property
     def stream_config(self) -> StreamConfig:
         """The stream as the task runs it: its templated fields rendered, and the default work
         root (:func:`~airflow_cdc.pipeline.work_folder.default_work_root`) when none is named."""
-        stream = self.stream
-        if (self.stream_id, self.spec, self.work_root) != (
+        stream, spec = self.stream, self.source_spec
+        if (self.stream_id, spec, self.work_root) != (
                 stream.stream_id, stream.source_spec, stream.work_root):
-            stream = replace(stream, stream_id=self.stream_id, source_spec=dict(self.spec),
+            stream = replace(stream, stream_id=self.stream_id, source_spec=dict(spec),
                              work_root=self.work_root)
         return with_work_root(stream)
 
@@ -105,7 +121,7 @@ class CdcWindowOperator(BaseOperator):
         """The stream's source (:class:`~airflow_cdc.sources.base.ChangeSource`)."""
         from airflow_cdc.sources.registry import build_source
 
-        return build_source(self.spec, options)
+        return build_source(self.source_spec, options)
 
     def source_hook(self, source):
         """The source's Airflow hook built from ``source_conn`` (None if it needs none)."""

@@ -47,7 +47,22 @@ DIALECTS = {"postgres": "postgresql", "postgresql": "postgresql", "mysql": "mysq
 
 
 class DebeziumIncrementalSnapshotOperator(BaseOperator):
-    """Sends one Debezium snapshot signal (``action``) through the connection ``conn_id``."""
+    """Sends one Debezium snapshot signal (``action``) through the connection ``conn_id``.
+
+    :param conn_id: a postgres or mysql (also MariaDB) Airflow connection to the captured
+        database.
+    :param signal_table: the connector's signaling table (``signal.data.collection``), as
+        ``schema.table`` or ``database.table``.
+    :param action: ``execute`` (the default), ``stop``, ``pause`` or ``resume``.
+    :param data_collections: the tables to snapshot (``execute``) or to stop (``stop``; None:
+        every table). Templated.
+    :param snapshot_type: the snapshot's type (``incremental``, the default; ``execute``
+        takes the others Debezium knows too).
+    :param additional_conditions: ``execute`` only: a filter per table,
+        ``{"public.orders": "status = 'open'"}``. Templated.
+    :param surrogate_key: ``execute`` only: the column that chunks a table instead of its
+        primary key. Templated.
+    """
 
     template_fields = ("data_collections", "additional_conditions", "surrogate_key")
     ui_color = "#fdf1e8"

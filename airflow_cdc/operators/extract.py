@@ -97,7 +97,7 @@ class CdcExtractOperator(CdcSparkOperator):
         from airflow_cdc.sources.registry import source_package
         from airflow_cdc.spark.packaging import build_py_files
 
-        top = source_package(self.spec)
+        top = source_package(self.source_spec)
         if top is None:
             return []
         found = importlib.util.find_spec(top)

@@ -60,34 +60,65 @@ class PipelineOptions:
 
     Every factory (``CdcPipeline`` and each source's shortcut, e.g. ``DatastreamPipeline``)
     takes these as keyword arguments next to its source's own, with these defaults.
-    ``gate_timeout`` also bounds the plan task's wait for a source's evidence.
+
+    :param catalog: the Iceberg catalog (:class:`~airflow_cdc.spark.iceberg.IcebergCatalog`);
+        default: the local Hadoop catalog.
+    :param iceberg_conn_id: an ``iceberg_catalog`` connection instead of ``catalog``.
+    :param namespace: the Iceberg namespace of the stream's changelog and dead letters.
+    :param targets: the apply job's ``targets`` (``namespace``, ``mapping``, ``history``,
+        ``write_mode``, ``compact_delete_files``; see
+        :class:`~airflow_cdc.operators.apply.CdcApplyOperator`).
+    :param on_dead_letter: ``fail`` (the window fails and names the bad rows) or ``continue``.
+    :param tombstone_horizon_seconds: how long deletes are remembered (I3).
+    :param cdc_state_conn_id: the state store's connection.
+    :param spark_conn_id: a Spark connection for the Spark jobs (None: local Spark on the
+        worker).
+    :param spark_conf: Spark properties for the Spark jobs.
+    :param dataproc: run the Spark jobs on Dataproc
+        (:class:`~airflow_cdc.spark.dataproc.DataprocCluster` or
+        :class:`~airflow_cdc.spark.dataproc.DataprocServerless`).
+    :param work_root: where plan and outcome files live, a folder or a ``gs://`` URI (empty:
+        :func:`~airflow_cdc.pipeline.work_folder.default_work_root` when the task runs).
+    :param lease_seconds: how long a window's lease lasts between renewals.
+    :param gate_poke_interval: seconds between two looks of the gate.
+    :param gate_timeout: seconds after which the gate fails; it also bounds the plan task's
+        wait for a source's evidence.
+    :param gate_soft_fail: a gate that times out is skipped instead of failed.
+    :param deferrable: plan, gate and Dataproc jobs wait in the triggerer (default
+        ``[operators] default_deferrable``).
+    :param source_tables: source tables whose targets become the gate's Assets (see
+        :func:`airflow_cdc.assets.pipeline_assets`).
+    :param dag: the DAG to add the group to (None: the DAG of the ``with`` block).
+    :param fuse_apply: the window's apply runs in the extract's Spark application (the apply
+        task records it); saves one Spark application per window.
+    :param empty_window_probe_limit: probe a window for emptiness in the worker when the
+        previous one had at most this many changes (-1: never); see
+        :mod:`airflow_cdc.pipeline.empty_window`.
+    :param warm_driver_idle_seconds: run the Spark jobs in a warm driver on the worker, kept
+        this many seconds after its last job (None: a spark-submit per job); see
+        :mod:`airflow_cdc.spark.warm`.
     """
 
     catalog: IcebergCatalog | None = None
-    iceberg_conn_id: str | None = None  # an iceberg_catalog connection instead of catalog
-    namespace: str = "cdc"  # the changelog's and dead letters' Iceberg namespace
+    iceberg_conn_id: str | None = None
+    namespace: str = "cdc"
     targets: Mapping[str, Any] | None = None
     on_dead_letter: str = "fail"
-    tombstone_horizon_seconds: int = 7 * 24 * 3600
+    tombstone_horizon_seconds: int = DEFAULT_TOMBSTONE_HORIZON_SECONDS
     cdc_state_conn_id: str = DEFAULT_CONN_ID
     spark_conn_id: str | None = None
     spark_conf: Mapping[str, str] | None = None
-    dataproc: Any = None  # airflow_cdc.spark.dataproc.DataprocCluster / DataprocServerless
+    dataproc: Any = None
     work_root: str = ""
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     gate_poke_interval: float = 30
-    gate_timeout: float = 6 * 3600
+    gate_timeout: float = DEFAULT_WAIT_TIMEOUT
     gate_soft_fail: bool = False
     deferrable: bool | None = None
     source_tables: Sequence[str] | None = None
     dag: Any = None
-    # The window's apply runs in the extract's Spark application (the apply task records it).
     fuse_apply: bool = True
-    # Probe a window for emptiness in the worker when the previous one had at most this many
-    # changes (-1: never); see airflow_cdc.pipeline.empty_window.
     empty_window_probe_limit: int = DEFAULT_PROBE_LIMIT
-    # Run the Spark jobs in a warm driver on the worker, kept this many seconds after its last
-    # job (None: a spark-submit per job); see airflow_cdc.spark.warm.
     warm_driver_idle_seconds: float | None = None
 
     @classmethod
@@ -216,12 +247,17 @@ def CdcPipeline(  # noqa: N802 - a factory named like the group it makes
 ) -> TaskGroup:
     """One stream of any source into Iceberg: plan >> extract >> commit >> apply >> gate.
 
-    ``source`` names the source: a registered kind (``"spanner_change_stream"``,
-    ``"datastream"``, or one an installed package registers) or an import path
-    (``"my_package.source:MySource"``); ``spec`` is its JSON configuration, validated by the
-    source when the DAG is parsed; ``source_conn`` the arguments of its Airflow hook
-    (connection ids). ``wait_poke_interval`` is how often the plan task asks a source whose
-    evidence comes after the window end. ``options`` are the shared :class:`PipelineOptions`.
+    :param group_id: the TaskGroup's id.
+    :param source: the source: a registered kind (``"spanner_change_stream"``,
+        ``"datastream"``, or one an installed package registers) or an import path
+        (``"my_package.source:MySource"``).
+    :param stream_id: the stream's id (names its changelog, state rows and work folder).
+    :param spec: the source's JSON configuration, validated by the source when the DAG is
+        parsed.
+    :param source_conn: the arguments of the source's Airflow hook (connection ids).
+    :param wait_poke_interval: how often the plan task asks a source whose evidence comes
+        after the window end.
+    :param options: the shared :class:`PipelineOptions`.
     """
     def stream(shared: PipelineOptions) -> StreamConfig:
         return StreamConfig.for_source(
@@ -248,13 +284,23 @@ def SpannerChangeStreamPipeline(  # noqa: N802 - a factory named like the group 
     """One Spanner change stream into Iceberg: the shortcut for
     ``CdcPipeline(source="spanner_change_stream", ...)`` naming Spanner's arguments.
 
-    ``options`` are the shared :class:`PipelineOptions` (targets, catalog, Spark, leases, the
-    gate's timeout ...). ``deferrable`` (default: ``[operators] default_deferrable``) makes the
-    gate wait in the triggerer instead of a worker slot. The gate's outlets are Airflow Assets
-    for the stream's changelog and for the target of every table in ``source_tables`` and
-    ``targets["mapping"]`` (see :func:`airflow_cdc.assets.pipeline_assets`); each window
-    that completes emits one event per asset, with the window's bounds, low watermark,
-    counts and snapshot ids as extra.
+    The gate's outlets are Airflow Assets for the stream's changelog and for the target of
+    every table in ``source_tables`` and ``targets["mapping"]`` (see
+    :func:`airflow_cdc.assets.pipeline_assets`); each window that completes emits one event
+    per asset, with the window's bounds, low watermark, counts and snapshot ids as extra.
+
+    :param group_id: the TaskGroup's id.
+    :param instance_id: the Spanner instance.
+    :param database_id: the Spanner database.
+    :param change_stream: the change stream's name.
+    :param project_id: the Google Cloud project (None: the connection's).
+    :param stream_id: the stream's id (None: the change stream's name in lower case).
+    :param dialect: the database's dialect, ``GOOGLE_STANDARD_SQL`` or ``POSTGRESQL``.
+    :param heartbeat_milliseconds: the change stream query's heartbeat interval.
+    :param gcp_conn_id: the Google Cloud connection.
+    :param impersonation_chain: a service account to impersonate, or a chain of them.
+    :param options: the shared :class:`PipelineOptions` (targets, catalog, Spark, leases,
+        ``deferrable``, the gate's timeout ...).
     """
     def stream(shared: PipelineOptions) -> StreamConfig:
         return spanner_stream_config(

@@ -69,7 +69,7 @@ class CdcPlanOperator(CdcWindowOperator):
         return (
             f"{SourceWindowProbe.__module__}:{SourceWindowProbe.__qualname__}",
             {
-                "source_spec": self.spec,
+                "source_spec": self.source_spec,
                 "window_start": format_ts(window.start),
                 "window_end": format_ts(window.end),
                 "cdc_state_conn_id": self.cdc_state_conn_id,

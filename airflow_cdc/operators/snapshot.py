@@ -48,6 +48,22 @@ class CdcSnapshotOperator(CdcSparkOperator):
     with columns id, snapshot_id, batch, kind); ``watermark_timeout`` seconds the job waits for
     the capture to deliver a watermark. Returns the job's summary (chunks, batches, rows
     staged, keys changed during the reads) as XCom.
+
+    :param table: the table, ``schema.table`` as the connector names it. Templated.
+    :param conn_id: the Airflow connection of the captured database (postgres, or mysql for
+        MariaDB/MySQL).
+    :param snapshot_id: the snapshot's id (None: derived from the task instance, so a retry
+        continues the same snapshot). Templated.
+    :param key_columns: the columns that chunk a table without a primary key (unique,
+        NOT NULL). Templated.
+    :param chunk_size: rows per chunk.
+    :param chunks_per_batch: chunks read at once between one pair of watermarks.
+    :param watermark_table: a captured table (columns id, snapshot_id, batch, kind) for the
+        watermarks of a database without logical decoding messages.
+    :param watermark_timeout: seconds the job waits for the capture to deliver a watermark.
+
+    The other parameters are :class:`~airflow_cdc.operators.spark_step.CdcSparkOperator`'s
+    (``stream`` is the Debezium stream, ``source_conn`` its hook's arguments; templated).
     """
 
     template_fields = ("source_conn", "table", "snapshot_id", "key_columns")

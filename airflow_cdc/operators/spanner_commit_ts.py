@@ -121,6 +121,16 @@ class SpannerCommitTimestampReseedOperator(BaseOperator):
     chosen here (``at``, default now minus ``safety_margin_seconds``), deletes the target keys that are gone,
     and the stream continues from that instant. The request is an Airflow Variable
     (``airflow_cdc_reseed__<stream_id>``); each instant is taken once.
+
+    :param stream_id: the commit-timestamp stream. Templated.
+    :param instance_id: the Spanner instance.
+    :param database_id: the Spanner database.
+    :param project_id: the Google Cloud project (None: the connection's).
+    :param safety_margin_seconds: how far before now the default instant lies.
+    :param at: the instant to re-seed at (a datetime or ISO text; None: now minus
+        ``safety_margin_seconds``). Templated.
+    :param gcp_conn_id: the Google Cloud connection.
+    :param impersonation_chain: a service account to impersonate, or a chain of them.
     """
 
     template_fields = ("stream_id", "at")

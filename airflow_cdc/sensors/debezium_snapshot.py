@@ -46,7 +46,20 @@ _DEFERRAL_BACKSTOP = timedelta(minutes=5)
 
 class DebeziumSnapshotCompleteSensor(BaseSensorOperator):
     """Succeeds when the incremental snapshot of ``table`` (``schema.table`` or
-    ``database.table``, as the signal named it) in stream ``stream_id`` completed."""
+    ``database.table``, as the signal named it) in stream ``stream_id`` completed.
+
+    :param stream_id: the Debezium stream. Templated.
+    :param table: the table as the snapshot signal named it (``schema.table`` or
+        ``database.table``). Templated.
+    :param signal_id: the snapshot signal's id (None or empty once rendered: the table's
+        latest snapshot). Templated.
+    :param cdc_state_conn_id: the state store's connection.
+    :param deferrable: wait in the triggerer (:class:`~airflow_cdc.triggers.debezium_snapshot.
+        DebeziumSnapshotCompleteTrigger`); default ``[operators] default_deferrable``.
+
+    ``poke_interval`` (default 60 s), ``timeout`` (default a day) and the other arguments
+    are ``BaseSensorOperator``'s.
+    """
 
     template_fields = ("stream_id", "table", "signal_id")
     ui_color = "#fdf1e8"

@@ -69,8 +69,19 @@ class CdcWindowCompleteSensor(BaseSensorOperator):
     gate its rule (:meth:`~airflow_cdc.sources.base.ChangeSource.covers`) and says when a
     window was declared complete rather than proven (:meth:`~airflow_cdc.sources.base.
     ChangeSource.completeness_note`); without it, the base rule.
+
+    :param stream_id: the stream whose window (the DAG run's data interval) is gated. Templated.
+    :param source: the stream's source kind or ``module:Class`` (None: the base rule).
+    :param cdc_state_conn_id: the state store's connection.
+    :param deferrable: wait in the triggerer (:class:`~airflow_cdc.triggers.gate.
+        CdcWindowCompleteTrigger`) instead of a worker slot; default ``[operators]
+        default_deferrable``.
+
+    ``poke_interval`` (default 30 s), ``timeout`` (default six hours), ``soft_fail`` and the
+    other arguments are ``BaseSensorOperator``'s.
     """
 
+    template_fields = ("stream_id",)
     ui_color = "#d4f7dc"
 
     def __init__(

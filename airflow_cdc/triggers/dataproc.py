@@ -19,9 +19,15 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 
 class CdcDataprocRunTrigger(BaseTrigger):
-    """Fires when the Dataproc run ``run`` (a :class:`~airflow_cdc.spark.dataproc.DataprocRun`
-    as a dict) reaches a final state. ``lease``: ``{"cdc_state_conn_id", "stream_id",
-    "window_start", "window_end", "owner", "lease_seconds"}`` to renew while waiting."""
+    """Fires when the Dataproc run ``run`` reaches a final state.
+
+    :param run: the run (a :class:`~airflow_cdc.spark.dataproc.DataprocRun` as a dict).
+    :param gcp_conn_id: the Google Cloud connection.
+    :param impersonation_chain: a service account to impersonate, or a chain of them.
+    :param poll_interval: seconds between two looks at the run.
+    :param lease: the window's lease to renew while waiting: ``{"cdc_state_conn_id",
+        "stream_id", "window_start", "window_end", "owner", "lease_seconds"}`` (None: none).
+    """
 
     def __init__(self, *, run: dict, gcp_conn_id: str = "google_cloud_default",
                  impersonation_chain: Any = None, poll_interval: float = 10.0,

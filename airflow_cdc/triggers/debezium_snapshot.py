@@ -37,6 +37,13 @@ class DebeziumSnapshotCompleteTrigger(BaseTrigger):
     ``aborted`` or ``missing`` (``message``: the snapshot stopped, or its signal completed
     without the table), ``timeout`` (``deadline`` passed; ``reason``: how far it got) and
     ``error`` (the state store could not be read; ``message``).
+
+    :param stream_id: the Debezium stream.
+    :param table: the table as the snapshot signal named it.
+    :param signal_id: the snapshot signal's id (None: the table's latest snapshot).
+    :param cdc_state_conn_id: the state store's connection.
+    :param poll_interval: seconds between two reads of the state store.
+    :param deadline: when to give up (an ISO timestamp; None: never).
     """
 
     def __init__(

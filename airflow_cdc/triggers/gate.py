@@ -66,6 +66,15 @@ class CdcWindowCompleteTrigger(BaseTrigger):
     * ``timeout``: ``deadline`` passed with the gate closed; ``reason`` and ``lagging`` (the
       partitions that hold the low watermark back, with their watermark and since when);
     * ``error``: the state store could not be read; ``message`` names the error.
+
+    :param stream_id: the stream.
+    :param window_start: the window's start (an ISO timestamp).
+    :param window_end: the window's end (an ISO timestamp).
+    :param cdc_state_conn_id: the state store's connection.
+    :param poll_interval: seconds between two reads of the state store.
+    :param deadline: when to give up (an ISO timestamp; None: never).
+    :param source: the stream's source kind or ``module:Class``, whose rule the gate applies
+        (None: the base rule).
     """
 
     def __init__(

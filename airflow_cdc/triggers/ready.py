@@ -30,6 +30,12 @@ class SourceWindowProbe:
     source's (:meth:`~airflow_cdc.sources.base.ChangeSource.readiness`, given the stream's
     known partitions and the source's Airflow hook). Built from JSON kwargs, in the plan task
     or in the triggerer, and kept for the whole wait, so a source may cache what it read.
+
+    :param source_spec: the stream's source spec (with its ``stream_id``).
+    :param window_start: the window's start (an ISO timestamp).
+    :param window_end: the window's end (an ISO timestamp).
+    :param cdc_state_conn_id: the state store's connection (None: the default).
+    :param source_conn: the arguments of the source's Airflow hook.
     """
 
     def __init__(
@@ -82,6 +88,12 @@ class CdcWindowReadyTrigger(BaseTrigger):
 
     Events (``payload["status"]``): ``ready`` (``reason``, ``polls``); ``timeout`` (the
     ``deadline`` passed; ``reason`` is the probe's last answer); ``error`` (``message``).
+
+    :param probe: the probe's class as ``module:Class`` (:class:`SourceWindowProbe`).
+    :param probe_kwargs: the probe's arguments (JSON).
+    :param window_id: the window, for the log and the events.
+    :param poll_interval: seconds between two questions, unless the probe names a time.
+    :param deadline: when to give up (an ISO timestamp; None: never).
     """
 
     def __init__(
