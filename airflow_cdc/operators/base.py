@@ -142,6 +142,12 @@ class CdcWindowOperator(BaseOperator):
             return self._connection_catalog
         return IcebergCatalog()
 
+    def on_kill(self) -> None:
+        """Nothing of the step runs outside this task's process: a killed step leaves the
+        window as its last guarded transition recorded it, and a re-run continues from there
+        (I1). Steps that run a Spark job kill it (:class:`~airflow_cdc.operators.spark_step.
+        CdcSparkOperator`)."""
+
     def state_store(self):
         return CdcStateHook(cdc_state_conn_id=self.cdc_state_conn_id).get_store()
 

@@ -60,14 +60,29 @@ def BigtableChangeStreamPipeline(  # noqa: N802 - a factory named like the group
 ):
     """One Bigtable table's change stream into Iceberg: plan >> extract >> commit >> apply >> gate.
 
-    ``app_profile_id`` must route to a single cluster (change streams require it).
-    ``stall_policy`` says what a window does while a partition's low watermark stays behind
-    its end: ``{"policy": "wait"}`` (the default), ``{"policy": "fail", "after_minutes": N}``
-    or ``{"policy": "open", "after_minutes": N}`` (read what arrived, flagged unconfirmed).
-    ``targets`` takes ``namespace``, ``mapping`` (``{table_id: name}``), ``decode``
-    (``{"family:qualifier": "string" | "int64" | "double" | "bool" | "bytes"}``, adds the
-    ``<table>_rows`` table) and ``apply_gc`` (default true). ``options`` are the shared
-    :class:`~airflow_cdc.operators.pipeline.PipelineOptions`.
+    ``targets`` (a shared option) takes ``namespace``, ``mapping`` (``{table_id: name}``),
+    ``decode`` (``{"family:qualifier": "string" | "int64" | "double" | "bool" | "bytes"}``,
+    adds the ``<table>_rows`` table) and ``apply_gc`` (default true).
+
+    :param group_id: the TaskGroup's id.
+    :param instance_id: the Bigtable instance.
+    :param table_id: the table whose change stream is read.
+    :param app_profile_id: an app profile that routes to a single cluster (change streams
+        require it; empty: the instance's default).
+    :param project_id: the Google Cloud project (None: the connection's).
+    :param stream_id: the stream's id (None: the table id in lower case, ``_`` for other
+        characters).
+    :param heartbeat_seconds: the change stream's heartbeat interval (default 1).
+    :param read_timeout_seconds: how long one partition's read waits for its watermark to
+        reach the window end (default 300).
+    :param evidence_delay_seconds: how long after a window's end the plan first asks
+        (default 5).
+    :param stall_policy: what a window does while a partition's low watermark stays behind
+        its end: ``{"policy": "wait"}`` (the default), ``{"policy": "fail", "after_minutes": N}``
+        or ``{"policy": "open", "after_minutes": N}`` (read what arrived, flagged unconfirmed).
+    :param gcp_conn_id: the Google Cloud connection.
+    :param impersonation_chain: a service account to impersonate, or a chain of them.
+    :param options: the shared :class:`~airflow_cdc.operators.pipeline.PipelineOptions`.
     """
     from airflow_cdc.operators.pipeline import CdcPipeline
 

@@ -41,18 +41,30 @@ def DebeziumPipeline(  # noqa: N802 - a factory named like the group it makes
 ):
     """One Debezium connector's topics into Iceberg: plan >> extract >> commit >> apply >> gate.
 
-    ``key_columns`` names each table's key (``{"public.orders": ["id"]}``): a sink file holds
-    the record values only, so events of a table without an entry are dead letters.
-    ``flush_lateness_seconds`` (default 60) is how long after a heartbeat the sink may still
-    be writing the changes before it (its rotation interval). A ``gs://bucket/path`` prefix
-    is read through the google provider's GCS hook with ``gcp_conn_id`` and
-    ``impersonation_chain``; the extract job reads the same objects with a short-lived token
-    the hook mints (never in a plan file). ``signal_table`` (the connector's
-    ``signal.data.collection``) and ``notification_topic`` (its
-    ``notification.sink.topic.name``) let the stream follow Debezium's incremental snapshots:
-    the signaling table's rows are not a target's, and the notifications report each table's
-    snapshot progress in the window summaries. ``options`` are the shared
-    :class:`~airflow_cdc.operators.pipeline.PipelineOptions`.
+    A ``gs://bucket/path`` prefix is read through the google provider's GCS hook; the extract
+    job reads the same objects with a short-lived token the hook mints (never in a plan file).
+    ``signal_table`` and ``notification_topic`` let the stream follow Debezium's incremental
+    snapshots: the signaling table's rows are not a target's, and the notifications report
+    each table's snapshot progress in the window summaries.
+
+    :param group_id: the TaskGroup's id.
+    :param stream_id: the stream's id.
+    :param prefix: the sink's folder or ``gs://bucket/path``.
+    :param topic_prefix: the connector's ``topic.prefix``.
+    :param key_columns: each table's key (``{"public.orders": ["id"]}``): a sink file holds
+        the record values only, so events of a table without an entry are dead letters.
+    :param column_types: column types per table, for values the events do not type.
+    :param topics_dir: the sink's ``topics.dir``.
+    :param flush_lateness_seconds: how long after a heartbeat the sink may still be writing
+        the changes before it (its rotation interval; default 60).
+    :param placeholder: the connector's ``unavailable.value.placeholder`` (default
+        ``__debezium_unavailable_value``).
+    :param signal_table: the connector's ``signal.data.collection``.
+    :param notification_topic: the connector's ``notification.sink.topic.name``.
+    :param gcp_conn_id: the Google Cloud connection.
+    :param impersonation_chain: a service account to impersonate, or a chain of them.
+    :param wait_poke_interval: seconds between two checks of the plan task's wait.
+    :param options: the shared :class:`~airflow_cdc.operators.pipeline.PipelineOptions`.
     """
     from airflow_cdc.operators.pipeline import CdcPipeline
 

@@ -79,20 +79,34 @@ def SpannerCommitTimestampPipeline(  # noqa: N802 - a factory named like the gro
 ):
     """A database's commit-timestamp tables into Iceberg: plan >> extract >> commit >> apply >> gate.
 
-    ``tables`` maps each table to its commit-timestamp column, or to ``{"column": ...,
-    "kind": "plain" | "changelog" | "auto", "soft_delete": <BOOL or TIMESTAMP column>,
-    "skip_null_rows": True | False}``. The column must be NOT NULL: a row whose commit
-    timestamp is NULL matches no window, so a nullable column is refused before any window
-    opens, unless ``skip_null_rows=True`` says to read it knowing such rows are not captured
-    (every plan warns of it). Plain tables are upserted, change-log tables (like the seed's
+    A table's commit-timestamp column must be NOT NULL: a row whose commit timestamp is NULL
+    matches no window, so a nullable column is refused before any window opens, unless
+    ``skip_null_rows=True`` says to read it knowing such rows are not captured (every plan
+    warns of it). Plain tables are upserted, change-log tables (like the seed's
     ``DocumentHistory``, the commit timestamp in the key) appended; ``auto`` (the default)
-    tells them apart by the key.
-    Deletes leave no commit timestamp: name a soft-delete column, or set ``reconcile_every``
-    (N windows) to read the tables' keys at a window's end every N windows and delete the
-    target keys that are gone. ``trust_application_timestamps=True`` reads a TIMESTAMP column
-    without ``allow_commit_timestamp=true`` by its values: unsafe, a value written late is
-    never read. ``safety_margin_seconds`` (10) is how long after a window's end its plan
-    waits. ``options`` are the shared :class:`~airflow_cdc.operators.pipeline.PipelineOptions`.
+    tells them apart by the key. Deletes leave no commit timestamp: name a soft-delete
+    column, or set ``reconcile_every``.
+
+    :param group_id: the TaskGroup's id.
+    :param instance_id: the Spanner instance.
+    :param database_id: the Spanner database.
+    :param tables: each table's commit-timestamp column, or ``{"column": ..., "kind":
+        "plain" | "changelog" | "auto", "soft_delete": <BOOL or TIMESTAMP column>,
+        "skip_null_rows": True | False}``.
+    :param project_id: the Google Cloud project (None: the connection's).
+    :param stream_id: the stream's id (None: the database id in lower case).
+    :param dialect: the database's dialect, ``GOOGLE_STANDARD_SQL`` or ``POSTGRESQL``.
+    :param trust_application_timestamps: read a TIMESTAMP column without
+        ``allow_commit_timestamp=true`` by its values: unsafe, a value written late is never
+        read.
+    :param initial_load: the first window reads each table whole at its end (default true).
+    :param safety_margin_seconds: how long after a window's end its plan waits (default 10).
+    :param reconcile_every: read the tables' keys at a window's end every N windows and
+        delete the target keys that are gone (0 or None: never).
+    :param max_partitions: partitions per query (default 4).
+    :param gcp_conn_id: the Google Cloud connection.
+    :param impersonation_chain: a service account to impersonate, or a chain of them.
+    :param options: the shared :class:`~airflow_cdc.operators.pipeline.PipelineOptions`.
     """
     from airflow_cdc.operators.pipeline import CdcPipeline
 
