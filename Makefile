@@ -169,16 +169,20 @@ live-debezium: setup services
 live-commit-ts: setup
 	$(PY) -m demo.live_commit_ts
 
-## bench: benchmarks (ratios against a baseline measured in the same run); bench/snapshot.py
-## reads a table of 1M rows in PostgreSQL three ways (about 3 minutes) and runs Debezium;
-## bench/ui.py times the CDC view's API on a stream of 100,000 windows (about 2 minutes);
-## bench/scale.py runs a window of 72k, then 288k Spanner changes over 1,000 partitions
-## through extract and apply and prints the drivers' peak memory (about 6 minutes; the
-## issue's 0.5M/2M/5M figures: `.venv/bin/python bench/scale.py --full`, about an hour);
-## bench/state_store.py plans and commits windows of 10,000 partitions on SQLite and
-## PostgreSQL (about a minute).
+## bench: every benchmark in bench/ (ratios against a baseline measured in the same run);
+## bench/snapshot.py reads a table of 1M rows in PostgreSQL three ways and runs Debezium;
+## bench/ui.py times the CDC view's API on a stream of 100,000 windows; bench/scale.py runs a
+## window of 72k, then 288k Spanner changes over 1,000 partitions through extract and apply and
+## prints the drivers' peak memory (the 0.5M/2M/5M sizes: `.venv/bin/python bench/scale.py
+## --full`); bench/state_store.py plans and commits windows of 10,000 partitions on SQLite and
+## PostgreSQL. Their result lines go to $(BENCH_RESULTS), and bench/report.py writes them as
+## the table of docs/performance.md.
+BENCH_RESULTS ?= bench/results.txt
 bench: setup services
-	@failed=""; for b in bench/*.py; do $(PY) "$$b" || failed="$$failed $$b"; done; \
+	@set -o pipefail; echo "# make bench, $$(date -u '+%Y-%m-%d %H:%M') UTC, $$(nproc) cores" > $(BENCH_RESULTS); \
+	failed=""; for b in bench/*.py; do [ "$$b" = bench/report.py ] && continue; \
+	  $(PY) "$$b" | tee -a $(BENCH_RESULTS) || failed="$$failed $$b"; done; \
+	$(PY) bench/report.py $(BENCH_RESULTS) --write docs/performance.md; \
 	if [ -n "$$failed" ]; then echo "bench: failed:$$failed" >&2; exit 1; fi
 
 ## docs: the documentation site (MkDocs Material; the API reference by mkdocstrings from the

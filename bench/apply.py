@@ -14,13 +14,11 @@ column declarations). Applying window 1 then window 2 is timed;
 so, separately and in the same run, is the floor: appending the same rows, read from the
 changelog, to an empty Iceberg table.
 
-Both are measured warm: first, ``--warmups`` runs of both at full size. Apply's plans have far
-more generated code than an append: JFR showed the JIT still compiling its hot methods (about
-8 CPU-seconds of C2 work) during a timed run after one warm-up, and after warm-ups on a tenth
-of the changes the first full-size runs were still a fifth slower than the later ones, so the
-ratio mixed steady-state speed with warming up. Then ``--repeats`` full runs, each on its own
-changelog, and the medians of both timings: single runs of either varied by up to a third on
-a 2-core machine.
+Both are measured warm: first, ``--warmups`` runs of both at full size (apply's plans have far
+more generated code than an append, and the JIT keeps compiling it over the first full-size
+runs, so warm-ups at a smaller size would mix warming up into the ratio). Then ``--repeats``
+full runs, each on its own changelog, and the medians of both timings (single runs of either
+vary widely on a shared machine).
 
 Prints one line (each run's timings go to stderr):
 ``bench apply: changes=<n> seconds=<s> floor_seconds=<f> ratio=<s/f> changes_per_s=<n/s>``.

@@ -27,18 +27,13 @@ Two sources, each read twice in the same run, one reader at a time:
   - extract: the same extract job (Spark reads the files natively, ``read_window``);
   - raw: ``pyarrow.json.read_json`` of each file, in as many processes as Spark has cores.
 
-The extract job's driver heap is ``--driver-memory`` (4g). With the 1 GB default, the 1M-change
-window's job once ran out of heap in its read stage (``local[*]``: the executors are threads of
-the driver) and then hung (a Python runner's writer thread died on the OutOfMemoryError, its
-task waited on the worker forever). Each partition's read then came back as one record of all
-its rows; it now comes as Arrow batches of 20,000 rows, kept on the executors (memory, then
-disk), but the 1M window has not been tried with the default heap since.
+The extract job's driver heap is ``--driver-memory`` (4g): with ``local[*]`` the executors are
+threads of the driver, and the 1M-change window is not known to fit Spark's 1 GB default.
 
 Raw read and extract alternate, ``--repeats`` times each (3), each extract on a fresh
-changelog and state; the rates printed are the medians. On this 2-core virtual machine the
-same read took 61 s to 79 s within half an hour (2026-12-04), so one raw read and one extract
-measured minutes apart gave ratios of 0.76 to 0.93 for the same code: alternated, a slow
-spell slows both sides.
+changelog and state; the rates printed are the medians. The same read's time drifts on a
+shared machine within minutes, so a raw read and an extract measured apart would compare two
+machines: alternated, a slow spell slows both sides.
 
 Prints one line per source (each run's figures on stderr):
 ``bench extract: source=<kind> changes=<n> extract_per_s=<r> raw_per_s=<r> ratio=<r>``

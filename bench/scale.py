@@ -1,8 +1,8 @@
 """Benchmark: one window of millions of Spanner changes over 1,000 partitions, extract and apply
 as the operators run them, and the drivers' peak memory at each size.
 
-    .venv/bin/python bench/scale.py            # quick (make bench): 72k and 288k changes, ~6 min
-    .venv/bin/python bench/scale.py --full     # the issue's figures: 0.5M, 2M and 5M, ~1 hour
+    .venv/bin/python bench/scale.py            # quick (make bench): 72k and 288k changes
+    .venv/bin/python bench/scale.py --full     # 0.5M, 2M and 5M changes
     .venv/bin/python bench/scale.py --changes 100000,400000 --partitions 1000 --master local
 
 For each size, a fresh stream reads one window [08:00, 09:00) of a Spanner change stream
@@ -13,7 +13,7 @@ its four value capture types; heartbeats every 10 s, the operators' default) ser
 emulator's gRPC server in this process. A size is rounded up to whole cycles of 72 changes
 per partition (72,000 over 1,000 partitions): 0.5M is 504,000, 2M 2,016,000, 5M 5,040,000. The
 history is built on demand per queried partition; the stock ``generate_history`` holds every
-change in memory (about 1.3 KB and 65 µs per change here: 6.5 GB and 6 minutes for 5M).
+change in memory, which does not fit the large sizes.
 
 The window runs the protocol's real steps: ``plan_window`` (SQLite state store; the stream's
 first window, so it starts from the initial query), then the extract job

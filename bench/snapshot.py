@@ -27,10 +27,9 @@ Timed, one after the other, so they never share the 2 cores:
    ``source.snapshot = incremental`` in the table's topic.
 
 The chunk settings: one chunk per core per batch (``--chunks-per-batch 2``), and 250,000 rows
-per chunk, the fastest of the settings tried on 1M rows (one run each, under load): every batch
+per chunk, the fastest of the settings tried on 1M rows (docs/performance.md): every batch
 costs a watermark wait (a poll second plus a file rotation) and about eight Spark jobs whatever
-its size, so fewer batches win: 50,000 x 2 (10 batches) 45 s, 100,000 x 2 (5) 24-31 s,
-100,000 x 4 (3) 21 s, 250,000 x 2 (2) 15 s.
+its size, so fewer batches win.
 
 Detail lines go to stderr; stdout gets exactly one line:
 ``bench snapshot: rows=<n> parallel_per_s=<r> single_query_per_s=<r> debezium_per_s=<r>

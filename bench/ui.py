@@ -197,7 +197,7 @@ def main(argv=None) -> int:
         store.close()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    print(f"bench ui: whole read of the big stream (every window and partition, as before) "
+    print(f"bench ui: whole read of the big stream (every window and partition) "
           f"ms={full_ms:.1f}", flush=True)
     print(f"bench ui: in-process, the big stream's windows page ms={pages[GATE_REASONS]:.1f}, of "
           f"which the gate's reason for its newest open window (a plan of every live partition) "

@@ -31,7 +31,7 @@ exit: the JVM and the SparkSession every Spark step pays at least once.
 With ``--cold``, each size also runs in a world of its own with a spark-submit per job (the
 warm driver off; apply fused and the empty-window rule on), printed with
 ``design=spark-submit``. With ``--baseline``, also with all three strategies off (two Spark
-applications per window, as before issue 27), printed first with ``design=baseline``.
+applications per window), printed first with ``design=baseline``.
 
 Prints one line per size (details on stderr):
 ``bench window: changes=<n> window_seconds=<s> floor_seconds=<s> ratio=<r> plan=<s>
@@ -68,7 +68,7 @@ WARM_UP = timedelta(minutes=1)
 MEASURED = timedelta(minutes=10)
 QUICK_SIZES = (0, 1_000)
 FULL_SIZES = (0, 1_000, 100_000, 1_000_000)
-# The example DAG's switches for the strategies of issue 27 (apply fused into the extract's
+# The example DAG's switches for two of the window's strategies (apply fused into the extract's
 # Spark application; the empty-window rule): --baseline turns both off.
 BASELINE = {"CDC_FUSE_APPLY": "false", "CDC_EMPTY_WINDOW_PROBE_LIMIT": "-1"}
 # The warm driver (airflow_cdc.spark.warm), on in the default design: started by the warm-up
@@ -122,7 +122,7 @@ def run_child(plan_json: str) -> int:
         print(f"bench window: warm-up window ending {warm_up_end}: {warm['seconds']:.1f} s",
               file=sys.stderr, flush=True)
     # Each measured window follows a floor (a bare spark-submit): the figures are those of the
-    # median window and the median floor (on a shared machine single runs vary by a third).
+    # median window and the median floor (on a shared machine single runs vary widely).
     floors, windows = [], []
     for end_text in plan["ends"]:
         end = datetime.fromisoformat(end_text)

@@ -4,8 +4,8 @@ Usage (spark-submit, started by :class:`airflow_cdc.spark.warm.WarmSparkRunner`,
 ``warm_driver.py --socket <path> --idle-seconds <s>``
 
 A job submitted with spark-submit pays the JVM, the SparkSession, the Iceberg catalog, the
-Python workers and the JIT's first compilations every time: for a window of 1,000 changes
-that was most of its 45 s. This driver pays them once: it starts the session with the conf
+Python workers and the JIT's first compilations every time, most of a small window's cost
+(bench/window.py, ``--cold`` against the default; docs/performance.md). This driver pays them once: it starts the session with the conf
 it was submitted with, listens on a Unix socket only its user can reach, and runs each
 request's entry point (``spark_jobs.<name>.main(args)``) in that session, so a small
 window's jobs find the JVM, the catalog and the workers warm.
@@ -145,9 +145,8 @@ def empty_table_caches(spark) -> list[str]:
     """Empty the table cache of every Iceberg catalog the session has loaded; their names.
 
     Iceberg's ``CachingCatalog`` keeps each loaded table (its metadata as of the load) until
-    it is unused for ``cache.expiration-interval-ms``. Within one job that is what makes a
-    small window cheap (on: 9.5 s, off: 13.2 s for a window of 918 changes in bench/window.py);
-    across jobs it would hand a job the metadata of a table another application has since
+    it is unused for ``cache.expiration-interval-ms``. Within one job that saves loading a table's
+    metadata again for each statement (bench/window.py; docs/performance.md); across jobs it would hand a job the metadata of a table another application has since
     committed to. Neither Spark nor Iceberg exposes "forget every table", so the cache is
     reached by reflection (CatalogManager's loaded catalogs, CachingCatalog's ``tableCache``);
     if those fields change, this raises and the driver stops serving (see the caller).

@@ -1,13 +1,10 @@
 """A class-data archive for the local Spark driver's JVM (Java's AppCDS), built once per machine.
 
-A performance strategy. Every spark-submit starts a JVM that loads and verifies the same
-thousands of classes of Spark, Scala and Iceberg before its first job. Java 17 can write the
-classes a JVM loaded to an archive at its exit (``-XX:ArchiveClassesAtExit``) and map that
-archive into later JVMs (``-XX:SharedArchiveFile``), which then skip parsing and verifying
-them (an empty application's driver takes about 5,700 classes from it, ``-Xlog:class+load``).
-Saves: part of the start of every spark-submit (``bench/window.py``'s floor and
-``bench/extract.py --full``; figures in docs/performance.md). Every spark-submit of a window
-pays its start once.
+A performance strategy. Saves: parsing and verifying Spark's, Scala's and Iceberg's classes at
+the start of every local spark-submit (``bench/window.py``'s floor; docs/performance.md). Java
+17 writes the classes a JVM loaded to an archive at its exit (``-XX:ArchiveClassesAtExit``)
+and maps that archive into later JVMs (``-XX:SharedArchiveFile``), which then take those
+classes from it as they are.
 
 The archive is built by ``python -m airflow_cdc.spark.class_archive`` (``make setup`` runs it;
 a deployment image runs it once at build time), from a small job that opens the Iceberg
@@ -16,9 +13,11 @@ catalog and writes, merges and reads one table, so the write path's classes are 
 options when it exists. The JVM checks the archive against its own build and class path and
 maps nothing (with a warning) when they differ, so a stale archive costs the saving, never a
 job; its file name carries the Java and Spark it was built for (down to the jars' sizes and
-times), so a new Java or Spark, or a venv made again, gets its own. ``AIRFLOW_CDC_CLASS_ARCHIVE``
-names another file, or ``off`` turns it off. A build removes the folder's archives no driver
-mapped for a week (each is about 140 MB, and every new venv or Spark makes one).
+times), so a new Java or Spark, or a venv made again, gets its own. The switch:
+``AIRFLOW_CDC_CLASS_ARCHIVE`` names another file, or ``off`` runs every driver without one
+(the plain path; ``LocalSparkRunner(class_archive=False)`` does the same for one runner). A
+build removes the folder's archives no driver mapped for a week (each is large, and every new
+venv or Spark makes one).
 Executors on a cluster start their own JVMs and are left alone.
 """
 

@@ -542,11 +542,9 @@ def default_warehouse() -> str:
     return str(Path(home) / "cdc_warehouse")
 
 
-
-
-# Compiled classes Spark keeps (its default is 100): a session that runs window after window
-# plans about 200 distinct generated classes per window (three tables), which the default
-# evicts, so every window compiled its code again. Local sessions and the warm driver.
+# Compiled classes Spark keeps (its default is 100): saves compiling a window's generated code
+# again in a session that runs window after window (bench/window.py; docs/performance.md).
+# Local sessions and the warm driver.
 CODEGEN_CACHE_CONF = {"spark.sql.codegen.cache.maxEntries": "1000"}
 
 

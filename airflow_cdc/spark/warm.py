@@ -71,17 +71,14 @@ DEFAULT_START_TIMEOUT_SECONDS = 300.0
 _LAUNCH_ENV_PREFIXES = ("AIRFLOW_CDC_", "SPARK_", "PYSPARK_", "JAVA_", "HADOOP_", "GOOGLE_",
                         "AWS_", "PYTHONPATH")
 _LAUNCH_ENV_SUFFIXES = ("_EMULATOR_HOST",)
-# The warm driver's own Spark settings (a spec's conf overrides them). Each is a performance
-# strategy with its measured gain:
-# - every SQL shuffle map task writes one sorted file instead of a file per partition (the
-#   "bypass" writer, which Spark picks for up to 200 partitions: the default number): a small
-#   window's shuffles are many tiny map tasks, each of which created and concatenated 200
-#   files (bench/window.py; figures in docs/performance.md).
-#   Large shuffles take this writer anyway (more than 200 partitions).
-# - Spark keeps 1,000 compiled classes, not its default 100: a window's jobs (three tables)
-#   compile about 194 distinct classes, so the default cache evicted them between windows and
-#   every window compiled all of its code again; now only the first windows compile
-#   (bench/window.py; figures in docs/performance.md).
+# The warm driver's own Spark settings (a spec's conf overrides them), each a performance
+# strategy (bench/window.py; docs/performance.md):
+# - every SQL shuffle map task writes one sorted file, not Spark's "bypass" file per partition
+#   (its choice up to 200 partitions): saves a small window's many tiny map tasks each creating
+#   and concatenating 200 files. Shuffles of more partitions take the sorted writer anyway.
+# - Spark keeps 1,000 compiled classes, not its default 100: saves compiling a window's
+#   generated code again in every window (its jobs compile more than 100 distinct classes, so
+#   the default cache evicts them before the next window).
 WARM_DRIVER_CONF = {
     "spark.shuffle.sort.bypassMergeThreshold": "0",
     **CODEGEN_CACHE_CONF,

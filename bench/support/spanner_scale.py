@@ -2,8 +2,7 @@
 demand: what ``bench/scale.py`` serves through the real emulator server.
 
 :func:`airflow_cdc_emulators.spanner.generate_history` keeps every transaction, row image and
-version in memory (about 1.3 KB and 65 µs per change here: 5M changes would take 6.5 GB and
-6 minutes before the first query). :class:`ScaleHistory` answers the same server
+version in memory, which does not fit millions of changes. :class:`ScaleHistory` answers the same server
 (:class:`~airflow_cdc_emulators.spanner.server.SpannerEmulator`, its query validation,
 wire encoding and batching unchanged) from a few integers: a partition's records are built
 when it is queried, in commit order, and dropped once sent. The Spanner client, the source's

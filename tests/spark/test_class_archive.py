@@ -123,13 +123,52 @@ def classes_from_archive(work: Path) -> int:
     return sum(FROM_ARCHIVE in line for line in loaded.read_text().splitlines())
 
 
-def test_a_spark_submit_driver_maps_the_class_archive_make_setup_built(tmp_path):
+# Writes, merges and reads an Iceberg table: the classes a window's jobs load, and a result to compare.
+TABLE_APPLICATION = """\
+from pyspark.sql import SparkSession
+
+spark = SparkSession.builder.getOrCreate()
+spark.sql("CREATE NAMESPACE IF NOT EXISTS lake.db")
+spark.sql("CREATE TABLE lake.db.t (id bigint, v string) USING iceberg")
+spark.createDataFrame([(1, "a"), (2, "b")], "id bigint, v string").writeTo("lake.db.t").append()
+spark.createDataFrame([(2, "c"), (3, "d")], "id bigint, v string").createOrReplaceTempView("changes")
+spark.sql("MERGE INTO lake.db.t t USING changes s ON t.id = s.id "
+          "WHEN MATCHED THEN UPDATE SET t.v = s.v WHEN NOT MATCHED THEN INSERT *")
+print("RESULT", sorted((r.id, r.v) for r in spark.table("lake.db.t").collect()))
+spark.stop()
+"""
+
+
+def table_result(work: Path, class_archive: bool) -> tuple[list[str], int]:
+    """The result lines of TABLE_APPLICATION run through the runner, and how many classes its
+    driver took from a class archive."""
+    application = work / "table.py"
+    application.write_text(TABLE_APPLICATION)
+    loaded = work / "class-load.log"
+    spec = iceberg_job_spec("extract", IcebergCatalog(name="lake", warehouse=str(work / "warehouse")), [],
+                            name="archive-equivalence",
+                            conf={DRIVER_JAVA_OPTIONS: f"-Xlog:class+load=info:file={loaded}"})
+    spec = replace(spec, application=str(application))
+    runner = LocalSparkRunner(master="local[1]", class_archive=class_archive)
+    done = subprocess.run(runner.command(spec), env=runner.environment(spec), check=True,
+                          capture_output=True, text=True, timeout=300)
+    from_archive = sum(FROM_ARCHIVE in line for line in loaded.read_text().splitlines())
+    return [line for line in done.stdout.splitlines() if line.startswith("RESULT")], from_archive
+
+
+def test_a_job_gives_the_same_result_with_the_class_archive_make_setup_built_and_without(tmp_path):
     path = archive_path()
     if path is None or not path.is_file():
         pytest.fail(f"no class archive at {path}: `make setup` builds it "
                     f"(python -m airflow_cdc.spark.class_archive), and said why if it could not")
+    (tmp_path / "on").mkdir()
+    (tmp_path / "off").mkdir()
 
-    assert classes_from_archive(tmp_path) > 1000
+    with_archive, mapped = table_result(tmp_path / "on", class_archive=True)
+    without, not_mapped = table_result(tmp_path / "off", class_archive=False)
+
+    assert mapped > 1000 and not_mapped == 0
+    assert with_archive == without == ["RESULT [(1, 'a'), (2, 'c'), (3, 'd')]"]
 
 
 @pytest.mark.long
