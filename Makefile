@@ -20,10 +20,10 @@ unexport PYTHONDONTWRITEBYTECODE
 ## setup: venv with the pinned constraints, the package (editable), Debian jars, the Iceberg
 ## runtime for the venv's Spark in the jar folder (Apache Iceberg's jar, fetched once by Spark's
 ## own resolver from Maven Central),
-## and the Spark driver's class archive (airflow_cdc/spark/class_archive.py: each spark-submit
-## about 1 s faster to start; built once, about 25 s; a failure only leaves it out).
+## and the Spark driver's class archive (airflow_cdc/spark/class_archive.py: saves loading
+## Spark's classes at each spark-submit's start; built once; a failure only leaves it out).
 ## Packages are not byte-compiled at install: Python compiles the modules a run imports, once
-## (see PYTHONDONTWRITEBYTECODE above; the install 2m39s -> 1m17s on this machine).
+## (see PYTHONDONTWRITEBYTECODE above), which makes the install faster.
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml setup.py emulators/pyproject.toml constraints.txt | system-packages
