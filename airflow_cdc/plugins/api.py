@@ -136,18 +136,30 @@ def create_app() -> FastAPI:
         openapi_url=None,
     )
     stores = StateStores()
+    app.add_exception_handler(Exception, state_store_unavailable)
+    _page_routes(app)
+    _stream_routes(app, stores)
+    _chart_route(app, stores)
+    return app
 
-    @app.exception_handler(Exception)
-    async def state_store_unavailable(request: Request, error: Exception) -> JSONResponse:
-        # The store's own messages name the URL without its password; anything else is
-        # summarised by its type so a driver's message cannot leak a connection string.
-        from airflow_cdc.model import CdcError
 
-        detail = str(error) if isinstance(error, CdcError) else type(error).__name__
-        return JSONResponse(
-            {"detail": f"the state store could not be read: {detail}"},
-            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
-        )
+async def state_store_unavailable(request: Request, error: Exception) -> JSONResponse:
+    """Any error of a route: 503, the state store could not be read.
+
+    The store's own messages name the URL without its password; anything else is
+    summarised by its type so a driver's message cannot leak a connection string.
+    """
+    from airflow_cdc.model import CdcError
+
+    detail = str(error) if isinstance(error, CdcError) else type(error).__name__
+    return JSONResponse(
+        {"detail": f"the state store could not be read: {detail}"},
+        status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+    )
+
+
+def _page_routes(app: FastAPI) -> None:
+    """``/`` (the page) and ``/static/<file>`` (its script, style sheet and icon)."""
 
     @app.get("/", include_in_schema=False)
     def page() -> FileResponse:
@@ -159,6 +171,11 @@ def create_app() -> FastAPI:
         if name not in STATIC_FILES:
             raise HTTPException(status.HTTP_404_NOT_FOUND, f"no static file {name!r}")
         return FileResponse(STATIC / name, media_type=STATIC_FILES[name])
+
+
+def _stream_routes(app: FastAPI, stores: StateStores) -> None:
+    """``/api/streams`` (every stream) and ``/api/streams/<id>`` (one, with its windows and
+    partitions)."""
 
     @app.get("/api/streams")
     def list_streams() -> dict:
@@ -210,6 +227,10 @@ def create_app() -> FastAPI:
             "more_partitions": max(0, health.live_partitions - len(rows)),
         }
 
+
+def _chart_route(app: FastAPI, stores: StateStores) -> None:
+    """``/api/streams/<id>/chart.svg`` (or ``.png``): the stream's charts."""
+
     @app.get("/api/streams/{stream_id}/chart.{fmt}")
     def chart(stream_id: str, fmt: str,
               last: int = Query(48, ge=1, le=MAX_CHART_WINDOWS)) -> Response:
@@ -228,8 +249,6 @@ def create_app() -> FastAPI:
         body = window_chart(stream_id, shown, fmt, now=datetime.now(timezone.utc))
         return Response(body, media_type=CHART_MEDIA_TYPES[fmt],
                         headers={"Cache-Control": "no-store"})
-
-    return app
 
 
 @cache

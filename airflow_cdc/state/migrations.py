@@ -47,6 +47,16 @@ _PG_MIGRATION_LOCK = 0x6364635F7374617465 & 0x7FFFFFFFFFFFFFFF  # "cdc_state"
 
 def _v1_tables(conn: Connection) -> None:
     md = MetaData()
+    _v1_schema_version(md)
+    _v1_streams(md)
+    _v1_partitions(md)
+    _v1_windows(md)
+    _v1_window_partitions(md)
+    md.create_all(conn, checkfirst=False)
+
+
+def _v1_schema_version(md: MetaData) -> None:
+    """``cdc_schema_version``: one row per applied migration."""
     Table(
         "cdc_schema_version",
         md,
@@ -54,6 +64,10 @@ def _v1_tables(conn: Connection) -> None:
         Column("description", Text, nullable=False),
         Column("applied_at", UtcDateTime, nullable=False),
     )
+
+
+def _v1_streams(md: MetaData) -> None:
+    """``cdc_streams``: one row per stream, with its source kind and config fingerprint."""
     Table(
         "cdc_streams",
         md,
@@ -62,6 +76,10 @@ def _v1_tables(conn: Connection) -> None:
         Column("config_fingerprint", Text, nullable=False),
         Column("created_at", UtcDateTime, nullable=False),
     )
+
+
+def _v1_partitions(md: MetaData) -> None:
+    """``cdc_partitions``: each partition of a stream, its lineage, watermark and state."""
     Table(
         "cdc_partitions",
         md,
@@ -85,6 +103,10 @@ def _v1_tables(conn: Connection) -> None:
             "state IN ('CREATED', 'READY', 'RUNNING', 'FINISHED')", name="ck_cdc_partitions_state"
         ),
     )
+
+
+def _v1_windows(md: MetaData) -> None:
+    """``cdc_windows``: each window of a stream, its state, lease, counts and snapshots."""
     Table(
         "cdc_windows",
         md,
@@ -113,6 +135,10 @@ def _v1_tables(conn: Connection) -> None:
         ),
         CheckConstraint("window_start < window_end", name="ck_cdc_windows_width"),
     )
+
+
+def _v1_window_partitions(md: MetaData) -> None:
+    """``cdc_window_partitions``: the partitions a window reads, and what each read."""
     Table(
         "cdc_window_partitions",
         md,
@@ -136,7 +162,6 @@ def _v1_tables(conn: Connection) -> None:
         ),
         CheckConstraint("origin IN ('planned', 'child')", name="ck_cdc_window_partitions_origin"),
     )
-    md.create_all(conn, checkfirst=False)
 
 
 def _v2_indexes(conn: Connection) -> None:
