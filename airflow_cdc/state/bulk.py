@@ -1,9 +1,10 @@
 """Writes of many rows in a few statements, for windows of thousands of partitions.
 
-A plan or commit of a window of 10,000 partitions made one statement per partition and per
-table: tens of thousands of round trips, and on PostgreSQL each guarded UPDATE of a partition
-was planned on the (stream, state) index, scanning every partition of the stream in that
-state, so a commit grew with the square of the partitions (``bench/state_store.py``).
+One statement per partition and per table would make a plan or commit of a window of
+thousands of partitions tens of thousands of round trips, and on PostgreSQL each guarded
+UPDATE of one partition is planned on the (stream, state) index, scanning every partition of
+the stream in that state, so a commit would grow with the square of the partitions
+(``bench/state_store.py``).
 
 * :func:`insert_all`: one INSERT executed for all rows (SQLAlchemy sends them as multi-row
   VALUES statements);

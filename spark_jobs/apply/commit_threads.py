@@ -1,7 +1,7 @@
 """Commit threads: a table's target, tombstone and history commits made side by side.
 
 Saves: each commit's Spark jobs use the cores the others leave idle while they plan, join or
-commit (no timing was recorded for it when it came in, commit b91f1cb).
+commit (bench/window.py).
 
 Interface: :func:`side_by_side`. The commits are independent (each is computed from the same
 checkpointed fold and the same pre-window snapshots, and a re-run makes whichever is

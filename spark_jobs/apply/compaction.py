@@ -13,8 +13,8 @@ It runs in the window's own apply job, after its commits: the next window's appl
 once this one is applied, so the two never race. Each call is one atomic Iceberg commit (a
 ``replace``, untagged): a call that fails (another writer committed meanwhile) leaves the table
 as it was, and the window stays applied. The failure is reported in the window's result
-(``compaction_errors``), and the next window tries again. Re-running an applied window finds
-its tagged commits as before: a compaction adds snapshots, it removes none.
+(``compaction_errors``), and the next window tries again. Re-running an applied window still finds
+its tagged commits: a compaction adds snapshots, it removes none.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Declarations: plan the window's tables from the record its changelog commit keeps, or from
 an aggregate of its rows when that record cannot be trusted.
 
-Saves, as measured: 0.1-0.2 s per window, the aggregate of the window's rows that planning
-otherwise reads (one Spark job over the whole window).
+Saves the aggregate of the window's rows that planning otherwise reads: one Spark job over
+the whole window (bench/window.py).
 
 Interface: :func:`fold_from_declarations`. The record is trusted only when
 

@@ -32,7 +32,7 @@ Procedure (:func:`fold_table`):
 
 Steps 1-3 (:func:`ordered_changes`) and steps 4-5 (:func:`fold_table`) are each one Spark SQL
 statement, built as text in stages (``sql.py``): one py4j call and one analysis each, where the
-same plan built from ``Column`` objects took thousands of round trips per window. A table
+same plan built from ``Column`` objects costs thousands of round trips per window. A table
 without history folds with one statement for all five (:func:`folded_changes`).
 """
 
@@ -422,10 +422,9 @@ def folded_changes(
     arguments, without ``check_values``), for a table whose ordered changes nothing else
     reads (no history).
 
-    A performance strategy. Saves: one analysis of steps 1-3 per table and window, which
-    Spark analysed once as their own statement and again, whole, under the fold's; with
-    ``sql.Query``'s nested stages, the warm driver's folds of a window of about 950 changes
-    to three tables took 3.2-3.9 s instead of 4.0-4.9 s (docs/performance.md, 2026-12-03).
+    A performance strategy (switch ``Strategies.fold_in_one_statement``; off, the two
+    statements). Saves one analysis of steps 1-3 per table and window, which Spark would
+    analyse once as their own statement and again, whole, under the fold's (bench/window.py).
     """
     spark = rows.sparkSession
     with temp_views(spark, _guarded_frames(rows, target_before, tombstones_before)) as views:

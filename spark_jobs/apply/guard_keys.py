@@ -1,15 +1,15 @@
 """Guard rows for the window's own keys: a small window's fold does not shuffle the whole target.
 
-A performance strategy with one interface, :func:`guard_keys_only` (``table_fold`` asks it;
-``fold.ordered_changes`` then joins each guard side with the window's keys). Saves the
-shuffle of a large target for a small window; against a small target the join's own job
-costs more than it saves, hence the floor below (``bench/guard.py``; figures in
-docs/performance.md).
+A performance strategy (switch ``Strategies.guard_rows_of_window_keys``) with one interface,
+:func:`guard_keys_only` (``table_fold`` asks it; ``fold.ordered_changes`` then joins each
+guard side with the window's keys). Saves the shuffle of a large target for a small window;
+against a small target the join's own job costs more than it saves, hence the floor below
+(``bench/guard.py``; figures in docs/performance.md).
 
 The fold's guard (``fold.ordered_changes``) is one row per key of the target and of its
 tombstones, shuffled and sorted with the window's changes. Without this strategy that is
 every key of the target, in every window: a window of 1,000 changes against a target of
-2,000,000 rows shuffled and sorted 2,001,000 rows, so a window's cost grew with its target.
+2,000,000 rows shuffles and sorts 2,001,000 rows, so a window's cost grows with its target.
 Only the guard rows of keys the window changes are read by the fold (the others leave
 right after its window pass), so when the window is small against its guard, each guard
 side is first joined (left semi, broadcast) with the keys of the window's changes: the
@@ -18,9 +18,8 @@ target is still scanned (two columns), but only the window's keys reach the shuf
 Not taken for a window as large as its target (the bench's 1M changes over 200,000 keys):
 the window's keys would be read twice and broadcast to spare few guard rows.
 
-What still grows with the target (bench/guard.py: 4.79 s against 2,000,000 rows is 2.82
-times 1.70 s against 200,000) is the copy-on-write MERGE: it rewrites every target file a
-changed key falls in, and a window's keys fall into nearly all of them
+What still grows with the target (bench/guard.py) is the copy-on-write MERGE: it rewrites
+every target file a changed key falls in, and a window's keys fall into nearly all of them
 (``targets.rewrites_nearly_every_file``).
 """
 

@@ -25,11 +25,14 @@ Exactly once thus rests on both mechanisms: window tags decide which commits are
 and the ordering-key guard (target ``_cdc_seq`` and tombstones) makes any change that is
 re-applied or arrives late lose (I2, I3).
 
-Performance strategies, each in its own place with what it saves: recorded declarations
-(``declarations.py``), fold partitioning (``partitioning.py``), packed flags (``fold.py``),
-a new target's keys guessed (``table_fold.py``), commit threads (``commit_threads.py``), the
-tables committed side by side (``table_commits.commit_tables``), the skipped file search
-(``targets.py``), and py4j's class lookups (:func:`_import_function_classes`).
+Performance strategies, each behind one named switch of ``strategies.py`` with its plain path
+beside it: the truncate aggregate skipped (``truncates.py``), the tables folded and committed
+side by side (``table_fold.py``, ``table_commits.py``), the guard rows of a small window's keys
+(``guard_keys.py``), a new target's keys guessed (``table_fold.py``), the fold's steps as one
+statement and its packed flags (``fold.py``), the skipped file search (``targets.py``) and
+py4j's class lookups (:func:`_import_function_classes`). Tuning without a switch: recorded
+declarations (``declarations.py``), fold partitioning (``partitioning.py``), a table's
+commits side by side (``commit_threads.py``).
 """
 
 from __future__ import annotations

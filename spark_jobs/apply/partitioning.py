@@ -1,7 +1,7 @@
 """Fold partitioning: how many tasks sort and fold one table's changes and guard rows.
 
-Saves, as measured: the bench's second window folded in 1.21 s instead of 1.72 s (two cores;
-adaptive execution had coalesced four equal partitions into three, and the third ran alone).
+Saves the task that runs alone when adaptive execution coalesces equal partitions into one
+fewer than the cores can take in even waves (bench/apply.py's second window).
 
 :func:`guard_rows_for` and :func:`fold_partitions_for` are all the fold step asks;
 ``fold.ordered_changes`` takes the number (None: Spark decides) as the size of its one

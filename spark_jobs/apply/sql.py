@@ -61,10 +61,9 @@ class Query:
 
     Nested rather than one common table expression per stage: Spark's analyser runs its
     resolution rules over the whole plan about once per stage (a stage's columns resolve
-    only after the stage before is resolved whole: 17-22 passes for the fold's statements),
-    and nested stages give it about half the nodes to walk in each pass (no definition,
-    alias and reference per stage: 51 -> 26 nodes for a small window's first fold
-    statement), where a rule such as ``DeduplicateRelations`` walks all of them.
+    only after the stage before is resolved whole), and nested stages give it about half
+    the nodes to walk in each pass (no definition, alias and reference per stage), where a
+    rule such as ``DeduplicateRelations`` walks all of them.
     """
 
     def __init__(self, source: str) -> None:

@@ -83,10 +83,10 @@ def append_target(plan: TablePlan, folded: DataFrame, window_id: str, properties
 
 
 # --- File search ----------------------------------------------------------------------------
-# A performance strategy (interface: :func:`rewrites_nearly_every_file`, :func:`file_search`):
-# a target MERGE expected to rewrite nearly every file skips Spark's runtime search for the
-# files to rewrite. Saves: the search's join of the target's keys with the window's, which
-# then prunes nothing (no timing was recorded for it, commit 0e624b8).
+# A performance strategy (switch ``Strategies.file_search_skipped``; interface:
+# :func:`rewrites_nearly_every_file`, :func:`file_search`): a target MERGE expected to rewrite
+# nearly every file skips Spark's runtime search for the files to rewrite. Saves the search's
+# join of the target's keys with the window's, which then prunes nothing (bench/apply.py).
 
 # Before a copy-on-write MERGE, Spark first finds the target files that hold a matched key
 # (a join of the target's keys with the source's), so that only those files are rewritten.
