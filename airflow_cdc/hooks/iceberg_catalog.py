@@ -120,27 +120,12 @@ def catalog_from_connection(
         raise IcebergCatalogConnectionError(
             f"connection {conn_id!r}: extra kind {kind!r} is not one of {list(KINDS)}"
         )
-    if uri and "://" not in uri and not uri.startswith("jdbc:"):  # a bare host name
-        if kind == "hive":
-            uri = f"thrift://{uri}:{port or HIVE_METASTORE_PORT}"
-        elif kind == "rest":
-            uri = f"https://{uri}" + (f":{port}" if port else "")
+    uri = _full_uri(kind, uri, port)
     project, location = options.pop("project", None), options.pop("location", None)
     fields: dict[str, Any] = {"name": catalog_name, **options, "kind": kind}
     fields["warehouse"] = options.get("warehouse") or schema or ""
     unused = [name for name, value in (("project", project), ("location", location)) if value]
-    if kind == "jdbc":
-        fields.update(jdbc_url=uri, jdbc_user=login or None, jdbc_password=password or None)
-    elif kind == "rest":
-        fields["uri"] = uri
-        if login:
-            fields["credential"] = f"{login}:{password or ''}"
-        elif password:
-            fields.setdefault("token", password)
-        unused = []
-    else:
-        fields["uri"] = uri
-        unused += [name for name, value in (("login", login), ("password", password)) if value]
+    unused = _connect_fields(fields, kind, uri, login, password, unused)
     try:
         if unused:
             raise ValueError(f"{unused} mean nothing to a {kind} catalog: leave them empty")
@@ -149,6 +134,36 @@ def catalog_from_connection(
         return IcebergCatalog(**fields)
     except ValueError as error:
         raise IcebergCatalogConnectionError(f"connection {conn_id!r}: {error}") from error
+
+
+def _full_uri(kind: str, uri: str | None, port: int | None) -> str | None:
+    """A bare host name as the catalog's URI: ``thrift://host:port`` for a Hive metastore,
+    ``https://host[:port]`` for a REST catalog; any other URI as given."""
+    if not uri or "://" in uri or uri.startswith("jdbc:"):
+        return uri
+    if kind == "hive":
+        return f"thrift://{uri}:{port or HIVE_METASTORE_PORT}"
+    if kind == "rest":
+        return f"https://{uri}" + (f":{port}" if port else "")
+    return uri
+
+
+def _connect_fields(fields: dict, kind: str, uri: str | None, login: str | None,
+                    password: str | None, unused: list[str]) -> list[str]:
+    """Put the URI and credentials into ``fields`` as ``kind`` takes them; the connection
+    fields that mean nothing to it (``unused`` plus login and password where they do not
+    apply; a REST catalog takes every field)."""
+    if kind == "jdbc":
+        fields.update(jdbc_url=uri, jdbc_user=login or None, jdbc_password=password or None)
+        return unused
+    fields["uri"] = uri
+    if kind == "rest":
+        if login:
+            fields["credential"] = f"{login}:{password or ''}"
+        elif password:
+            fields.setdefault("token", password)
+        return []
+    return unused + [name for name, value in (("login", login), ("password", password)) if value]
 
 
 def _kind_of(uri: str | None, flavor: str | None) -> str:
