@@ -308,12 +308,37 @@ def check_compose(compose: Path) -> None:
         raise CheckFailed(f"{compose}: services {stale} use Airflow 2 commands (users create, webserver)")
 
 
+def dockerfile_copies(dockerfile: Path, target: str) -> list[tuple[str, str]]:
+    """(source, destination) of each ``COPY`` of the Dockerfile into ``target``."""
+    copies = []
+    for line in dockerfile.read_text().splitlines():
+        words = shlex.split(line) if line.startswith("COPY ") else []
+        paths = [w for w in words[1:] if not w.startswith("--")]
+        if paths and paths[-1].startswith(target):
+            copies.extend((source, paths[-1]) for source in paths[:-1])
+    return copies
+
+
+def copy_as_dockerfile(dockerfile: Path, source: Path, target: str, project: Path) -> None:
+    """What the Dockerfile's COPY lines put into ``target``, and nothing else, into ``project``
+    (so a file the build needs but the Dockerfile does not copy fails here too)."""
+    for name, destination in dockerfile_copies(dockerfile, target):
+        into = project / destination[len(target):].strip("/")
+        if (source / name).is_dir():  # a folder's content goes to the destination, as Docker does
+            shutil.copytree(source / name, into, dirs_exist_ok=True)
+            continue
+        if destination.endswith("/"):
+            into.mkdir(parents=True, exist_ok=True)
+            into = into / name
+        shutil.copy2(source / name, into)
+
+
 def variant_docker(work: Path, wheel: Path) -> None:
     """The Dockerfile's COPY of the project to /opt/airflow-cdc, then its install steps."""
     check_compose(ROOT / "docker" / "docker-compose.yaml")
     python = new_venv(work / "docker")
     project = work / "opt-airflow-cdc"
-    shutil.copytree(work / "source", project)
+    copy_as_dockerfile(ROOT / "docker" / "Dockerfile", work / "source", "/opt/airflow-cdc", project)
     for step in dockerfile_steps(ROOT / "docker" / "Dockerfile"):
         words = [w.replace("/opt/airflow-cdc", str(project)) for w in shlex.split(step)]
         words[0] = str(python.parent / words[0])
@@ -349,6 +374,14 @@ def variant_astro(work: Path, wheel: Path) -> None:
     constraints.write_text("\n".join(ASTRO_RUNTIME_PROVIDERS) + "\n")
     run([str(python), *PIP_INSTALL, "-c", str(constraints), *wanted,
          *[p.split("==")[0] for p in ASTRO_RUNTIME_PROVIDERS]])
+    # The image's own steps (the Iceberg runtime baked into its jar folder at build).
+    jars = work / "astro-jars"
+    env = {**os.environ, "AIRFLOW_CDC_JARS_DIR": str(jars)}
+    for step in dockerfile_steps(template / "Dockerfile"):
+        words = shlex.split(step)
+        run([str(python.parent / words[0]), *words[1:]], env=env, cwd=work)
+    if not list(jars.glob("iceberg-spark-runtime-*.jar")):
+        raise CheckFailed(f"astro: the image's build steps put no Iceberg runtime jar into {jars}")
     check_venv("astro", python, spark_expected=True, dags=template / "dags")
 
 
