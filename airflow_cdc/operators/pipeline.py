@@ -147,8 +147,6 @@ def protocol_group(
     The operators are the same for every source; the stream's spec names the source, and
     ``source_conn`` are the arguments of the source's Airflow hook.
     """
-    from airflow_cdc.assets import pipeline_assets
-
     common = dict(
         stream=stream,
         catalog=options.catalog,
@@ -191,24 +189,30 @@ def protocol_group(
             **common,
             **spark,
         )
-        gate = CdcWindowCompleteSensor(
-            task_id="gate",
-            stream_id=stream.stream_id,
-            source=stream.source_name,
-            cdc_state_conn_id=options.cdc_state_conn_id,
-            poke_interval=options.gate_poke_interval,
-            timeout=options.gate_timeout,
-            soft_fail=options.gate_soft_fail,
-            deferrable=options.deferrable,
-            outlets=pipeline_assets(
-                catalog=options.catalog,
-                changelog_table=stream.changelog_table,
-                targets=options.targets,
-                source_tables=options.source_tables,
-            ),
-        )
-        plan >> extract >> commit >> apply >> gate
+        plan >> extract >> commit >> apply >> gate_task(stream, options)
     return group
+
+
+def gate_task(stream: StreamConfig, options: PipelineOptions) -> CdcWindowCompleteSensor:
+    """The group's gate: its outlets are the stream's Assets (changelog and targets)."""
+    from airflow_cdc.assets import pipeline_assets
+
+    return CdcWindowCompleteSensor(
+        task_id="gate",
+        stream_id=stream.stream_id,
+        source=stream.source_name,
+        cdc_state_conn_id=options.cdc_state_conn_id,
+        poke_interval=options.gate_poke_interval,
+        timeout=options.gate_timeout,
+        soft_fail=options.gate_soft_fail,
+        deferrable=options.deferrable,
+        outlets=pipeline_assets(
+            catalog=options.catalog,
+            changelog_table=stream.changelog_table,
+            targets=options.targets,
+            source_tables=options.source_tables,
+        ),
+    )
 
 
 def pipeline_group(
