@@ -441,7 +441,7 @@ def window_counts() -> dict:
 
 def streamed_transactions(warehouse: Path) -> int:
     """Distinct source transactions of the streamed (not snapshot) changes in the changelog
-    (their ids are PostgreSQL's txIds: :func:`~airflow_cdc.sources.debezium.envelope.transaction_key`)."""
+    (their ids are PostgreSQL's txIds: :func:`~airflow_cdc.sources.debezium.records.transaction_key`)."""
     from demo.compare import read_iceberg_rows
 
     rows = read_iceberg_rows(warehouse / "cdc" / f"{STREAM_ID}_changelog")

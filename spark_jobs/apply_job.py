@@ -86,12 +86,14 @@ def main(argv: Sequence[str] | None = None, spark=None) -> int:
 
 
 def _source_apply(data: dict):
-    """The stream's source's own apply (``ChangeSource.apply_window``), or None."""
+    """The stream's source's own apply (its Spark side's ``apply_window``), or None."""
     if not data.get("source"):
         return None
     from airflow_cdc.sources.registry import build_source
+    from airflow_cdc.spark_jobs.sources import spark_side
 
-    return build_source(data["source"]).apply_window
+    source = build_source(data["source"])
+    return spark_side(source).apply_window if source.applies_own_changes else None
 
 
 def _apply_by_source(spark, config, data: dict, own_apply):

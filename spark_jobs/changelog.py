@@ -282,8 +282,8 @@ def recorded_declarations(summary: Mapping[str, str]) -> list[Declaration] | Non
 # writing a file per day it holds (fanout: a window spans a day or two, so no sort by day
 # either), not shuffled to one task per day first, which is what the table's default
 # distribution (by its partitioning, days(commit_ts)) does: a window of one day was written
-# by one task, on one core. Saves: the changelog commit of 200,448 changes of
-# bench/extract.py took 4.9 s instead of 6.0 s (a 2.3 s shuffle, then one task of 3.7 s).
+# by one task, on one core. Saves: the shuffle, and the write on one core
+# (bench/extract.py, docs/performance.md).
 WINDOW_WRITE_OPTIONS = {"distribution-mode": "none", "fanout-enabled": "true"}
 
 

@@ -1,19 +1,22 @@
-"""The extract's direct write, on the driver: which windows' read tasks write the changelog's
-files themselves, and the window's one tagged commit of those files.
+"""How a window's change rows reach the changelog: one :class:`ChangelogWriter` interface, a
+Spark version (:class:`SparkWriter`) and a direct-file version (:class:`DirectFileWriter`),
+chosen in one place (:func:`changelog_writer`) by one rule.
 
-A performance strategy (the task side is :mod:`airflow_cdc.sources.changelog_files`).
-Saves: ``bench/extract.py --full`` (1,001,088 changes, 16 partitions), one session: the extract
-job took 99.7 s without it, 89.9 s and 93.1 s with it (ratio to the raw client 0.56 -> 0.64, 0.62).
-
-When (:func:`file_sink`): the source reads partitions and hands every row on as it is (no
-``native_rows``, ``drop_repeats`` or ``check_window`` of its own: Spanner's and Bigtable's
-change streams), the table is partitioned by ``days(commit_ts)`` alone and unsorted, writes
-Parquet, its data location is one pyarrow opens, and ``CDC_DIRECT_CHANGELOG`` is not
-``false``. Otherwise the rows reach Spark and Spark writes them, as before. A read task with
+The rule: the read tasks write the changelog's files themselves when every row they make
+reaches the changelog unchanged (the source's Spark side declares ``rows_pass_through``: no
+rows of its own join, none are dropped, the window is not checked as a whole: Spanner's and
+Bigtable's change streams), the table is partitioned by ``days(commit_ts)`` alone and
+unsorted, writes Parquet, its data location is one pyarrow opens, and
+``CDC_DIRECT_CHANGELOG`` is not ``false``. Otherwise Spark writes the rows. A read task with
 fewer than ``FileSink.min_task_rows`` rows hands them to Spark too: when no task wrote files
-(a small window), Spark writes the window as before (``bench/window.py``, one session: 954
-changes took 7.40 s with those rows written by the read tasks' own write job, 6.58 s by
-Spark); when some did, the held rows are written by one more pass in about a file per core.
+(a small window), Spark writes the window; when some did, the held rows are written by one
+more pass in about a file per core.
+
+The direct write is a performance strategy (the task side is
+:mod:`airflow_cdc.spark_jobs.sources.task_files`). Saves: the JVM's handling of every row
+and the commit's own write job (``bench/extract.py --full``, docs/performance.md); an
+equivalence test holds it to the rows Spark writes
+(``tests/sources/test_spanner_extract_job.py``).
 
 Exactly once (I1) is the same commit as a Spark write makes: the files are listed in ONE
 commit tagged with the window and carrying its outcome and declarations, checked against
@@ -33,11 +36,10 @@ from dataclasses import dataclass
 from datetime import timezone
 
 from airflow_cdc.model import CHANGELOG_COLUMNS
-from airflow_cdc.sources.changelog_files import FileSink, WrittenFile, declare
+from airflow_cdc.spark_jobs.sources.task_files import FileSink, WrittenFile, declare
 
 # Iceberg's write.parquet.compression-codec -> pyarrow's compression (others: Spark writes).
 _CODECS = {"zstd": "zstd", "snappy": "snappy", "gzip": "gzip", "uncompressed": "none"}
-_HOOKS = ("native_rows", "drop_repeats", "check_window")
 
 
 def enabled() -> bool:
@@ -45,17 +47,94 @@ def enabled() -> bool:
     return os.environ.get("CDC_DIRECT_CHANGELOG", "true").strip().lower() not in ("false", "0", "no")
 
 
-def file_sink(spark, table: str, source) -> FileSink | None:
-    """Where the window's read tasks write the changelog's files, or None when Spark must
-    write them (see the module's doc for when). Creates the changelog table if missing."""
-    from airflow_cdc.sources.base import ChangeSource
+@dataclass
+class WindowRows:
+    """The window's rows as the changelog commit takes them: a DataFrame of the changelog's
+    columns or the files the read tasks wrote (:class:`ChangelogFiles`), their declarations,
+    the counts the Spark side's window check returned, and whether ``rows`` was persisted here
+    (to be freed once committed)."""
+
+    rows: object
+    declarations: list
+    checked: dict
+    persisted: bool = False
+
+    def discard(self) -> None:
+        """Delete files no commit will list (the window failed before its commit)."""
+        if isinstance(self.rows, ChangelogFiles):
+            self.rows.discard()
+
+    def release(self) -> None:
+        """Free what was persisted for the commit."""
+        if self.persisted:
+            self.rows.unpersist()
+
+
+class ChangelogWriter:
+    """How a window's change rows become the changelog's rows.
+
+    :attr:`sink` is handed to the partition reads (``spark_jobs/extract.read_partitions``);
+    :meth:`window_rows` takes the window's read and gives what the commit appends.
+    """
+
+    #: Where read tasks write the changelog's files, or None (they hand their rows to Spark).
+    sink: FileSink | None = None
+
+    def window_rows(self, spark, plan, side, read) -> WindowRows:
+        raise NotImplementedError
+
+
+class SparkWriter(ChangelogWriter):
+    """The plain path: the rows reach Spark, the Spark side adds, drops and checks, Spark writes."""
+
+    def window_rows(self, spark, plan, side, read) -> WindowRows:
+        from pyspark import StorageLevel
+
+        from airflow_cdc.spark_jobs.changelog import window_declarations
+
+        frame = read.rows
+        native = side.native_rows(spark, plan)
+        if native is not None:
+            frame = frame.unionByName(native)
+        frame = side.drop_repeats(spark, plan, frame)
+        # The read's own frame is kept already (a local checkpoint): a second cache of the
+        # same rows costs and saves nothing.
+        persisted = frame is not read.rows
+        if persisted:
+            frame.persist(StorageLevel.MEMORY_AND_DISK)
+        checked = side.check_window(spark, plan, frame)  # raises: the window stays uncommitted
+        return WindowRows(frame, window_declarations(frame), checked, persisted)  # one counting pass
+
+
+@dataclass
+class DirectFileWriter(ChangelogWriter):
+    """The read tasks write the changelog's files (``sink``); a window whose tasks all held
+    their rows back (a small one) is written by Spark, as :class:`SparkWriter` writes."""
+
+    sink: FileSink | None = None
+
+    def window_rows(self, spark, plan, side, read) -> WindowRows:
+        if isinstance(read.rows, ChangelogFiles):
+            return WindowRows(read.rows, read.rows.declarations(), {})
+        return SparkWriter().window_rows(spark, plan, side, read)
+
+
+def changelog_writer(spark, table: str, source, side) -> ChangelogWriter:
+    """The writer of ``table`` for ``source`` (a ChangeSource) and its Spark ``side``, by the
+    rule of the module doc: the one place that chooses. Creates the changelog table if
+    missing (the direct write needs its layout)."""
+    if not enabled() or source.reads_whole_windows or not side.rows_pass_through:
+        return SparkWriter()
+    sink = file_sink(spark, table)
+    return SparkWriter() if sink is None else DirectFileWriter(sink)
+
+
+def file_sink(spark, table: str) -> FileSink | None:
+    """Where read tasks write ``table``'s files, or None when its layout is not one they
+    write (see the module doc). Creates the changelog table if missing."""
     from airflow_cdc.spark_jobs.changelog import create_changelog_table
     from airflow_cdc.spark_jobs.commits import _iceberg_table
 
-    if not enabled() or source.read_window is not None:
-        return None
-    if any(getattr(type(source), hook) is not getattr(ChangeSource, hook) for hook in _HOOKS):
-        return None
     create_changelog_table(spark, table)
     iceberg = _iceberg_table(spark, table)
     if iceberg is None:

@@ -198,8 +198,7 @@ def _current_snapshot(spark: SparkSession, table: str):
 def _summary(spark: SparkSession, snapshot) -> dict[str, str]:
     """The snapshot's summary (a Java map of strings) as a dict, serialised in the JVM by
     Jackson: three py4j calls (the mapper, the map, its text), where converting the
-    map entry by entry took two round trips per entry (642 calls, 0.1 s of the driver's
-    time, in one two-window run of bench/apply.py)."""
+    map entry by entry takes two round trips per entry (bench/apply.py, docs/performance.md)."""
     mapper = _jvm_class(spark, "com.fasterxml.jackson.databind.ObjectMapper")()
     return json.loads(mapper.writeValueAsString(snapshot.summary()))
 
@@ -208,7 +207,7 @@ def _jvm_class(spark: SparkSession, name: str):
     """The JVM class ``name`` (fully qualified) as a py4j ``JavaClass``, looked up once per gateway.
 
     A lookup through ``_jvm.org.apache...`` makes one py4j round trip per dotted part; the
-    class object, kept, makes none. ``_iceberg_table`` went from 24 py4j calls to 11 (2026-12-03).
+    class object, kept, makes none.
     """
     return _gateway_class(spark.sparkContext._gateway, name)
 

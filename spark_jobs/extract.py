@@ -6,25 +6,26 @@ Usage (spark-submit): ``extract.py --plan <plan.json> --outcome <outcome.json> -
 Procedure (ARCHITECTURE.md, window protocol step 2), the same for every source:
 1. If the changelog already has the commit tagged with this window, write nothing: restore
    the outcome file from that commit and stop (a re-run after a crash at any later point).
-2. Read the window through the plan's source (:mod:`airflow_cdc.sources.registry`): a source
-   that reads partitions (``read_partition``) is read by Spark tasks, each reading its share
-   of the partitions one after the other (READ_TASKS_PER_CORE tasks per core; their workers
-   started ahead, during step 1: :func:`start_read_workers`); when its
-   partitions split (``partitions_split``), children whose parents all reported are read in
-   further rounds, still inside this window (lineage rules); the others take one round, and
-   reporting children is refused. A source
-   that Spark reads natively (``read_window``, e.g. Datastream's files) reads the window in
-   its own way and hands back the same rows and outcomes. Rows Spark reads natively beside
-   the partitions (``native_rows``: Debezium's staged snapshot batches) join them.
-3. Check that every source transaction is complete across partitions, or fail naming it;
-   drop rows the changelog already holds (``drop_repeats``: sources that deliver at least
-   once); let the source check the whole window (``check_window``: Debezium's transactions).
+2. Read the window through the plan's source (:mod:`airflow_cdc.sources.registry`) and its
+   Spark side (:mod:`airflow_cdc.spark_jobs.sources`): a source that reads partitions
+   (``read_partition``) is read by Spark tasks, each reading its share of the partitions one
+   after the other (READ_TASKS_PER_CORE tasks per core; their workers started ahead, during
+   step 1: :func:`start_read_workers`); when its partitions split (``partitions_split``),
+   children whose parents all reported are read in further rounds, still inside this window
+   (lineage rules); the others take one round, and reporting children is refused. A source
+   that reads whole windows (``reads_whole_windows``, e.g. Datastream's files) is read by its
+   Spark side's ``read_window`` and hands back the same rows and outcomes.
+3. Check that every source transaction is complete across partitions, or fail naming it.
+   The window's changelog writer (:func:`airflow_cdc.spark_jobs.changelog_files.changelog_writer`,
+   the one place that chooses) then takes the rows: Spark's writer joins the rows the Spark
+   side reads natively (``native_rows``: Debezium's staged snapshot batches), drops rows the
+   changelog already holds (``drop_repeats``: sources that deliver at least once) and lets
+   the Spark side check the whole window (``check_window``: Debezium's transactions); the
+   direct writer takes the files the read tasks wrote (a performance strategy).
 4. Commit the window's dead letters to the stream's dead-letter table, once (marked with the
    window in the commit's summary).
 5. Append all rows in ONE changelog commit tagged with the window and carrying the outcome
-   in its snapshot summary, then write the outcome file for the commit task. The rows of a
-   change stream's window are in files its read tasks wrote (a performance strategy:
-   :mod:`airflow_cdc.spark_jobs.changelog_files`); the commit lists them.
+   in its snapshot summary, then write the outcome file for the commit task.
 6. With ``--apply-config``: apply the window in the same Spark application (the apply job
    with this session, :func:`apply_in_same_application`), so the apply task starts no Spark
    (a performance strategy: saves one Spark application per window; ``bench/window.py``
@@ -51,8 +52,9 @@ from airflow_cdc.pipeline.partition_lineage import (
     check_transactions,
     run_rounds,
 )
-from airflow_cdc.sources.base import READ_TASKS_PER_CORE, WindowRead
 from airflow_cdc.sources.registry import build_source
+from airflow_cdc.spark_jobs.sources import spark_side
+from airflow_cdc.spark_jobs.sources.base import READ_TASKS_PER_CORE, WindowRead
 
 # Marks the extract job's dead-letter commit; apply tags its own with the window property.
 DEAD_LETTER_PROPERTY = "airflow-cdc.extract-dead-letters"
@@ -96,15 +98,13 @@ def start_read_workers(spark, plan: WindowPlanFile) -> None:
     job of its own in a background thread, while the driver checks and prepares the
     changelog (step 1); nothing for a source Spark reads natively.
 
-    A performance strategy. Saves: the first round's one task started its worker, imported
-    the client library and opened the client while the other core idled, and the second
-    round's other worker did it again before reading. With the positions read by index
-    (``read_round``), ``bench/extract.py`` (100,224 changes; a slow day, paired runs):
-    63.6 -> 55.7 s and 59.7 -> 58.6 s.
+    A performance strategy. Saves: the first round's task starting its worker, importing the
+    client library and opening the client while the other cores idle, and each later worker
+    doing it again before reading (``bench/extract.py``, docs/performance.md).
     """
     import threading
 
-    if window_source(plan).read_window is not None:
+    if window_source(plan).reads_whole_windows:
         return
     sc = spark.sparkContext
     cores = sc.defaultParallelism
@@ -128,7 +128,7 @@ def prepare_read_worker(plan_json: str, batches):
     in this worker, which the reads then reuse (Spark keeps idle Python workers)."""
     import pyarrow.parquet  # noqa: F401 - the read tasks' own modules, loaded now too
 
-    from airflow_cdc.sources import changelog_files, read_frame  # noqa: F401
+    from airflow_cdc.spark_jobs.sources import read_frame, task_files  # noqa: F401
 
     for _ in batches:
         pass
@@ -154,14 +154,11 @@ def cycle_collector_paused():
 
     A performance strategy. Saves: a read makes millions of short-lived objects (decoded
     values, records, rows, tuples) and keeps hundreds of thousands of them until its rows are
-    handed on, so the collector ran often and walked them all, and found nothing: they hold
-    no cycles, and reference counting frees them. Decoding four partitions of
-    ``bench/extract.py``'s Spanner stream (25,056 changes) took 0.54 s of CPU without it, 1.03
-    s with it. Kept off through the hand-over too (2026-12-04): two processes reading 16
-    partitions of 300,672 changes as the read tasks do, without Spark, 7.0 -> 6.4 s of CPU
-    each, 15.9-16.4 -> 15.3-15.5 s. Cycles made meanwhile (a retried read's exception and
-    traceback) wait for the collector, which is on again when the partition is handed on,
-    failed or not, as it was before.
+    handed on, so the collector would run often and walk them all, and find nothing: they
+    hold no cycles, and reference counting frees them (CPU of the read tasks,
+    ``bench/extract.py``, docs/performance.md). Cycles made meanwhile (a retried read's
+    exception and traceback) wait for the collector, which is on again when the partition is
+    handed on, failed or not.
     """
     was_enabled = gc.isenabled()
     gc.disable()
@@ -175,11 +172,11 @@ def cycle_collector_paused():
 def read_positions(plan_json: str, positions: Sequence[dict], batches, sink=None):
     """Runs on an executor (``mapInArrow``): read the partitions of the round's ``positions``
     (their JSON) whose indexes are in ``batches``, one after the other; each read leaves as
-    Arrow batches of the read frame (:mod:`airflow_cdc.sources.read_frame`). With ``sink`` (a
+    Arrow batches of the read frame (:mod:`airflow_cdc.spark_jobs.sources.read_frame`). With ``sink`` (a
     ``FileSink``), the rows are written to the changelog's files instead, which leave as the
     task's last batch."""
-    from airflow_cdc.sources.changelog_files import TaskFiles
-    from airflow_cdc.sources.read_frame import bad_row_dead_letter, files_batch, partition_batches
+    from airflow_cdc.spark_jobs.sources.read_frame import bad_row_dead_letter, files_batch, partition_batches
+    from airflow_cdc.spark_jobs.sources.task_files import TaskFiles
 
     plan = _parsed_plan(plan_json)
     window = plan.window
@@ -232,7 +229,7 @@ def report_round(window, round_number: int, results) -> None:
 
 def read_partitions(spark, plan: WindowPlanFile, sink=None) -> WindowRead:
     """Step 2-3 for a source that reads partitions: rounds of Spark tasks, each reading its
-    share of the round's partitions into the round's read frame (:mod:`airflow_cdc.sources.read_frame`).
+    share of the round's partitions into the round's read frame (:mod:`airflow_cdc.spark_jobs.sources.read_frame`).
     With ``sink`` (``airflow_cdc.spark_jobs.changelog_files.file_sink``) the tasks write the rows to the
     changelog's files, and the read's ``rows`` are those files (``ChangelogFiles``); a read
     that fails (a later round, an incomplete transaction) deletes the files it wrote, so a
@@ -249,78 +246,21 @@ def read_partitions(spark, plan: WindowPlanFile, sink=None) -> WindowRead:
 
 
 def _read_partitions(spark, plan: WindowPlanFile, sink, files: list) -> WindowRead:
-    from airflow_cdc.pipeline.files import position_to_json
-    from airflow_cdc.sources import read_frame
-
-    sc = spark.sparkContext
-    plan_json = plan.to_json()
     source = window_source(plan)
     lineage = WindowLineage(plan.positions, plan.pending_children, source.resolve_child)
-    frames = []
-    declared: list = []  # the declarations of the files' rows
-    totals = {"rows": 0, "tallies": 0, "dead": 0, "whole": 0}
-    source_counts: dict[str, int] = {}
-
-    def read_round(batch):
-        # The tasks read the positions by index: a frame of indexes is made in the JVM. A
-        # performance strategy. Saves: a frame of the positions themselves, made from a
-        # parallelized Python list, had its rows converted by Python workers of their own
-        # kind (Spark keeps them apart from mapInArrow's), started cold in every round: the
-        # first round's read began 2.4 s after its prepared worker was ready, now at once
-        # (one run of bench/extract.py, 100,224 changes, a slow day).
-        tasks = max(1, min(len(batch), READ_TASKS_PER_CORE * sc.defaultParallelism))
-        read = functools.partial(read_positions, plan_json, [position_to_json(p) for p in batch], sink=sink)
-        frame = read_frame.kept(spark.range(len(batch), numPartitions=tasks).mapInArrow(read, read_frame.read_schema()))
-        frames.append(frame)
-        # Only the outcomes and counts come to the driver: rows, dead letters and transaction
-        # tallies stay in the kept frame (the driver's memory must not grow with the window).
-        results = []
-        found, written, declarations = read_frame.summaries_and_files(frame)
-        files.extend(written)
-        declared.extend(declarations)
-        for outcome, counts, rows, tallies, dead, whole in found:
-            totals["rows"] += rows
-            totals["tallies"] += tallies
-            totals["dead"] += dead
-            totals["whole"] += whole
-            for name, value in counts.items():
-                source_counts[name] = source_counts.get(name, 0) + value
-            results.append((outcome, ()))
-        report_round(plan.window, lineage.rounds, results)
-        return results
-
-    outcomes, _ = run_rounds(lineage, read_round)
+    rounds = _Rounds(spark, plan, sink, files, lineage)
+    outcomes, _ = run_rounds(lineage, rounds.read_round)
     if not source.partitions_split and any(o.children for o in outcomes):
         split = sorted(o.partition_id for o in outcomes if o.children)
         raise CdcError(
             f"source {source.kind!r} reported children of partitions {split[:5]} but declares "
             f"partitions_split = False: set it on the source class if its partitions split"
         )
-    # Transactions a read held whole are complete; the check tallies the others' records.
-    transactions = totals["whole"]
-    if totals["tallies"]:
-        check = (check_transactions_on_driver if totals["tallies"] <= DRIVER_CHECK_TALLIES
-                 else check_transactions_on_executors)
-        transactions += check(_union([read_frame.tallies_of(f) for f in frames]), plan.window, outcomes)
+    transactions = rounds.checked_transactions(outcomes)
     source.check_partitions(outcomes, lineage.still_pending)
-    if files:  # read tasks wrote the changelog's files (a sink, and reads large enough)
-        from airflow_cdc.spark_jobs.changelog_files import ChangelogFiles
-
-        held = totals["rows"] - sum(f.rows for f in files)
-        if held:  # small reads handed their rows over: written in about a file per core
-            more, more_declared = write_rows(fitted(_union([read_frame.rows_of(f) for f in frames]), held), sink)
-            files.extend(more)
-            declared.extend(more_declared)
-        rows = ChangelogFiles(tuple(files), tuple(declared))
-    elif frames:
-        rows = fitted(_union([read_frame.rows_of(f) for f in frames]), totals["rows"])
-    else:  # a plan without partitions to read (none in the window): no rows
-        rows = spark.createDataFrame([], read_frame.read_schema()).select(*read_frame.CHANGELOG_NAMES)
-    dead = _union([read_frame.dead_letters_of(f) for f in frames]) if totals["dead"] else None
-    if dead is not None and dead.rdd.getNumPartitions() > sc.defaultParallelism:
-        dead = dead.coalesce(sc.defaultParallelism)
+    totals = rounds.totals
     return WindowRead(
-        rows=rows,
+        rows=rounds.rows(),
         outcomes=outcomes,
         counts={
             "records": sum(o.records for o in outcomes),
@@ -330,18 +270,105 @@ def _read_partitions(spark, plan: WindowPlanFile, sink, files: list) -> WindowRe
             "transactions": transactions,
             "rounds": lineage.rounds,
             **({"dead_letters": totals["dead"]} if totals["dead"] else {}),
-            **source_counts,
+            **rounds.source_counts,
         },
-        dead_letters=dead,
+        dead_letters=rounds.dead_letters(),
         pending_children=tuple(lineage.still_pending),
-        kept=tuple(frames),
+        kept=tuple(rounds.frames),
     )
+
+
+class _Rounds:
+    """A window's rounds of partition reads: their kept read frames, the changelog files the
+    read tasks wrote (with a sink), and what the reads' summaries add up to."""
+
+    def __init__(self, spark, plan: WindowPlanFile, sink, files: list, lineage) -> None:
+        self.spark, self.plan, self.sink, self.files, self.lineage = spark, plan, sink, files, lineage
+        self.plan_json = plan.to_json()
+        self.frames: list = []
+        self.declared: list = []  # the declarations of the files' rows
+        self.totals = {"rows": 0, "tallies": 0, "dead": 0, "whole": 0}
+        self.source_counts: dict[str, int] = {}
+
+    def read_round(self, batch) -> list:
+        """One round: the positions of ``batch`` read by Spark tasks into a kept read frame;
+        only the outcomes and counts come to the driver (rows, dead letters and transaction
+        tallies stay in the frame: the driver's memory must not grow with the window)."""
+        from airflow_cdc.pipeline.files import position_to_json
+        from airflow_cdc.spark_jobs.sources import read_frame
+
+        # The tasks read the positions by index: a frame of indexes is made in the JVM. A
+        # performance strategy. Saves: a frame of the positions themselves, made from a
+        # parallelized Python list, had its rows converted by Python workers of their own kind
+        # (Spark keeps them apart from mapInArrow's), started cold in every round
+        # (bench/extract.py, docs/performance.md).
+        tasks = max(1, min(len(batch), READ_TASKS_PER_CORE * self.spark.sparkContext.defaultParallelism))
+        read = functools.partial(read_positions, self.plan_json, [position_to_json(p) for p in batch],
+                                 sink=self.sink)
+        frame = read_frame.kept(self.spark.range(len(batch), numPartitions=tasks).mapInArrow(
+            read, read_frame.read_schema()))
+        self.frames.append(frame)
+        results = []
+        found, written, declarations = read_frame.summaries_and_files(frame)
+        self.files.extend(written)
+        self.declared.extend(declarations)
+        for outcome, counts, rows, tallies, dead, whole in found:
+            for name, value in (("rows", rows), ("tallies", tallies), ("dead", dead), ("whole", whole)):
+                self.totals[name] += value
+            for name, value in counts.items():
+                self.source_counts[name] = self.source_counts.get(name, 0) + value
+            results.append((outcome, ()))
+        report_round(self.plan.window, self.lineage.rounds, results)
+        return results
+
+    def checked_transactions(self, outcomes) -> int:
+        """Step 3's transaction check: transactions a read held whole are complete; the
+        others' records are tallied. Returns the window's transactions."""
+        from airflow_cdc.spark_jobs.sources import read_frame
+
+        transactions = self.totals["whole"]
+        if self.totals["tallies"]:
+            check = (check_transactions_on_driver if self.totals["tallies"] <= DRIVER_CHECK_TALLIES
+                     else check_transactions_on_executors)
+            transactions += check(_union([read_frame.tallies_of(f) for f in self.frames]),
+                                  self.plan.window, outcomes)
+        return transactions
+
+    def rows(self):
+        """The window's rows: the changelog files the read tasks wrote (the rows small reads
+        held back written by one more pass), else the frames' rows."""
+        from airflow_cdc.spark_jobs.sources import read_frame
+
+        if self.files:  # read tasks wrote the changelog's files (a sink, and reads large enough)
+            from airflow_cdc.spark_jobs.changelog_files import ChangelogFiles
+
+            held = self.totals["rows"] - sum(f.rows for f in self.files)
+            if held:  # small reads handed their rows over: written in about a file per core
+                more, more_declared = write_rows(
+                    fitted(_union([read_frame.rows_of(f) for f in self.frames]), held), self.sink)
+                self.files.extend(more)
+                self.declared.extend(more_declared)
+            return ChangelogFiles(tuple(self.files), tuple(self.declared))
+        if self.frames:
+            return fitted(_union([read_frame.rows_of(f) for f in self.frames]), self.totals["rows"])
+        # a plan without partitions to read (none in the window): no rows
+        return self.spark.createDataFrame([], read_frame.read_schema()).select(*read_frame.CHANGELOG_NAMES)
+
+    def dead_letters(self):
+        """The rounds' dead letters (about a partition per core), or None."""
+        from airflow_cdc.spark_jobs.sources import read_frame
+
+        if not self.totals["dead"]:
+            return None
+        dead = _union([read_frame.dead_letters_of(f) for f in self.frames])
+        cores = self.spark.sparkContext.defaultParallelism
+        return dead.coalesce(cores) if dead.rdd.getNumPartitions() > cores else dead
 
 
 def write_rows(rows, sink) -> tuple[list, list]:
     """Write ``rows`` (a frame of changelog rows) to the changelog's files, a file per
     partition of ``rows`` and day, on the executors; returns the files and declarations."""
-    from airflow_cdc.sources import read_frame
+    from airflow_cdc.spark_jobs.sources import read_frame
 
     written = rows.mapInArrow(functools.partial(write_batches, sink), read_frame.read_schema())
     return read_frame.summaries_and_files(written)[1:]
@@ -350,8 +377,8 @@ def write_rows(rows, sink) -> tuple[list, list]:
 def write_batches(sink, batches):
     """Runs on an executor (``mapInArrow``): ``batches`` of changelog rows into the
     changelog's files; yields them as one ``files`` row."""
-    from airflow_cdc.sources.changelog_files import TaskFiles
-    from airflow_cdc.sources.read_frame import files_batch
+    from airflow_cdc.spark_jobs.sources.read_frame import files_batch
+    from airflow_cdc.spark_jobs.sources.task_files import TaskFiles
 
     files = TaskFiles(sink, hold=False)
     try:
@@ -371,8 +398,8 @@ def fitted(frame, rows: int):
     task per partition in every later stage, a changelog file per partition): small ones
     (a small window, rounds of a window whose partitions split) are merged into about
     ROWS_PER_TASK-row partitions, whole waves of them (a multiple of the cores). Large ones
-    are left as they are: merging 9 partitions of about 111,000 rows into 5 made the write of
-    1M rows end with one core idle for its last task.
+    are left as they are: merging a few large partitions into fewer than the cores' waves
+    would leave cores idle for the last tasks of the write.
     """
     cores = frame.sparkSession.sparkContext.defaultParallelism
     tasks = cores * max(1, -(-rows // (ROWS_PER_TASK * cores)))
@@ -397,9 +424,9 @@ def check_transactions_on_executors(tallies, window, outcomes) -> int:
     short = min((o.watermark for o in _stopped_short(window, outcomes)), default=None)
     # One shuffle by transaction, then two hash aggregates within it: per (transaction,
     # record), which makes the records distinct, and per transaction, which counts them
-    # (non-null ones, as a set would). Saves: ``size(collect_set(record))`` was an object hash
-    # aggregate that fell back to sorting after 128 keys per task; 166,800 tallies of 83,400
-    # transactions on local[2], a cold JVM each: median 3.2 s (five runs) -> 2.25 s (ten).
+    # (non-null ones, as a set would). Saves: ``size(collect_set(record))``, an object hash
+    # aggregate that falls back to sorting after 128 keys per task (bench/extract.py --full,
+    # docs/performance.md).
     per_record = tallies.repartition("transaction_id").groupBy("transaction_id", "record").agg(
         F.min("expected").alias("low"), F.max("expected").alias("high"), F.max("commit_ts").alias("commit_ts"))
     per_transaction = per_record.groupBy("transaction_id").agg(
@@ -460,17 +487,8 @@ def _stopped_short(window, outcomes) -> list:
 
 def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
     """Steps 1-5 above; returns the result summary."""
-    from pyspark import StorageLevel
-    from pyspark.sql import DataFrame
-
-    from airflow_cdc.spark_jobs.changelog import (
-        changelog_schema,
-        commit_window_with_outcome,
-        recorded_window_result,
-        window_declarations,
-    )
-
-    from airflow_cdc.spark_jobs.changelog_files import ChangelogFiles, file_sink
+    from airflow_cdc.spark_jobs.changelog import commit_window_with_outcome, recorded_window_result
+    from airflow_cdc.spark_jobs.changelog_files import changelog_writer
     from airflow_cdc.spark_jobs.checkpoints import release_checkpoint
     from airflow_cdc.spark_jobs.commits import current_snapshot_id
 
@@ -482,25 +500,13 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
         return recorded
 
     source = window_source(plan)
-    if source.read_window is not None:
-        read = source.read_window(spark, plan)
+    side = spark_side(source)
+    writer = changelog_writer(spark, table, source, side)
+    if source.reads_whole_windows:
+        read = side.read_window(spark, plan)
     else:
-        read = read_partitions(spark, plan, file_sink(spark, table, source))
-    if isinstance(read.rows, ChangelogFiles):  # written by the read tasks (changelog_files)
-        frame, cached, checked = read.rows, True, {}
-        declarations = frame.declarations()
-    else:
-        from_read_frame = isinstance(read.rows, DataFrame)  # rows of the kept read frames
-        frame = read.rows if from_read_frame else spark.createDataFrame(read.rows, changelog_schema())
-        native = source.native_rows(spark, plan)
-        if native is not None:
-            frame = frame.unionByName(native)
-        frame = source.drop_repeats(spark, plan, frame)
-        cached = from_read_frame and frame is read.rows  # a second cache of the same rows costs, saves nothing
-        if not cached:
-            frame.persist(StorageLevel.MEMORY_AND_DISK)
-        checked = source.check_window(spark, plan, frame)  # raises: the window stays uncommitted
-        declarations = window_declarations(frame)  # one pass that counts the rows too
+        read = read_partitions(spark, plan, writer.sink)
+    rows = writer.window_rows(spark, plan, side, read)
     try:
         if read.dead_letters is not None:
             append_dead_letters(spark, plan, read.dead_letters)
@@ -508,30 +514,26 @@ def extract_window(spark, plan: WindowPlanFile, outcome_path: str) -> dict:
             window_id=plan.window.window_id,
             outcomes=tuple(sorted(read.outcomes, key=lambda o: o.partition_id)),
             pending_children=tuple(read.pending_children),
-            counts=source.window_counts({**read.counts, **checked}, sum(d.rows for d in declarations)),
+            counts=source.window_counts({**read.counts, **rows.checked},
+                                        sum(d.rows for d in rows.declarations)),
         )
     except BaseException:  # before the commit (which discards on its own): no commit lists them
-        if isinstance(frame, ChangelogFiles):
-            frame.discard()
+        rows.discard()
         raise
-    result = commit_window_with_outcome(spark, table, frame, outcome, outcome_path, declarations, read_at)
-    if not cached:
-        frame.unpersist()
-    if read.release is not None:
-        read.release()
+    result = commit_window_with_outcome(spark, table, rows.rows, outcome, outcome_path,
+                                        rows.declarations, read_at)
+    rows.release()
     for kept in read.kept:
         release_checkpoint(kept)
     return result
 
 
 def append_dead_letters(spark, plan: WindowPlanFile, dead) -> None:
-    """One commit of the window's extract dead letters, written once (marked in its summary)."""
-    from pyspark.sql import DataFrame
+    """One commit of the window's extract dead letters (``dead``: a DataFrame of the changelog's
+    columns and ``reason``), written once (marked in its summary)."""
     from pyspark.sql import functions as F
-    from pyspark.sql import types as T
 
     from airflow_cdc.spark_jobs.apply.dead_letters import DEAD_LETTER_COLUMNS
-    from airflow_cdc.spark_jobs.changelog import changelog_schema
 
     window_id = plan.window.window_id
     dead_table = plan.options.get("dead_letter_table") or plan.changelog_table.replace(
@@ -548,14 +550,8 @@ def append_dead_letters(spark, plan: WindowPlanFile, dead) -> None:
     ).collect()
     if done:
         return
-    if isinstance(dead, DataFrame):  # the read frame's dead letters: changelog columns, reason
-        frame = dead.withColumn("target_table", F.lit(None).cast("string"))
-    else:  # an RDD of dead-letter tuples (read_window sources)
-        schema = T.StructType(
-            list(changelog_schema().fields)
-            + [T.StructField("reason", T.StringType()), T.StructField("target_table", T.StringType())]
-        )
-        frame = spark.createDataFrame(dead.map(lambda r: r + (None,)), schema)
+    # The read frame's dead letters: the changelog's columns and reason.
+    frame = dead.withColumn("target_table", F.lit(None).cast("string"))
     frame.writeTo(dead_table).option(f"snapshot-property.{DEAD_LETTER_PROPERTY}", window_id).append()
 
 

@@ -49,6 +49,11 @@ the rest follows). Layer by layer, with the layers directly below it::
                              plugin: page, read-only API, charts)
     spark_jobs               pipeline, spark: Spark entry points (never the Airflow side)
 
+Wire formats only, checked by reading every import statement (at module level and inside
+functions): ``airflow_cdc.sources`` holds the sources' wire formats and imports no pyspark at
+all (:data:`NO_IMPORT_ANYWHERE`); what of a source builds or takes DataFrames is its Spark side,
+``airflow_cdc.spark_jobs.sources.<kind>``, found by kind (``spark_jobs/sources/__init__.py``).
+
 So ``sources``, ``state`` and ``spark`` sit side by side and never import each
 other; a sensor shares only ``operators.task_context`` with the operators. ``airflow_cdc``
 itself (the provider-info ``__init__``) imports only the model, and any module may import it.
@@ -326,3 +331,37 @@ def test_no_module_imports_the_spark_jobs_by_a_top_level_name():
         if name == "spark_jobs" or name.startswith("spark_jobs.")
     ]
     assert found == []
+
+
+# --- wire formats only --------------------------------------------------------------------------
+# package -> top-level packages none of its modules imports, at module level or inside a function.
+NO_IMPORT_ANYWHERE = {
+    "airflow_cdc.sources": ("pyspark",),
+}
+
+
+def imports_anywhere(root: Path, rules: dict[str, tuple[str, ...]], folders=SOURCE_FOLDERS) -> list[str]:
+    """``module:line imports name`` for each import statement of a forbidden package."""
+    return [
+        f"{module}:{line} imports {name}"
+        for package, forbidden in rules.items()
+        for module in modules_under(root, package, folders)
+        for line, name in imported_modules(module_file(root, module, folders), module)
+        if name.split(".")[0] in forbidden
+    ]
+
+
+def test_the_sources_hold_wire_formats_only_and_import_no_pyspark_even_in_a_function():
+    found = imports_anywhere(ROOT, NO_IMPORT_ANYWHERE)
+    assert found == [], (
+        "modules of airflow_cdc.sources importing pyspark (move the code that builds or takes "
+        "DataFrames to the source's Spark side, spark_jobs/sources/<kind>.py):\n" + "\n".join(found))
+
+
+def test_wire_format_check_catches_a_pyspark_import_inside_a_function(tmp_path):
+    pkg = tmp_path / "fake_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "wire.py").write_text("import json\n\ndef f():\n    from pyspark.sql import functions as F\n")
+    found = imports_anywhere(tmp_path, {"fake_pkg": ("pyspark",)}, folders={})
+    assert found == ["fake_pkg.wire:4 imports pyspark.sql.functions"]

@@ -15,13 +15,13 @@ step 1 (plan)         :meth:`ChangeSource.initial_positions` (a stream's first w
                       Datastream's files), :meth:`ChangeSource.plan_options` (choices a
                       re-run must repeat, kept in the plan file).
 step 2 (extract)      :meth:`ChangeSource.read_partition` over ``[start, e)`` (the extract job
-                      runs rounds when partitions split), or :meth:`ChangeSource.read_window`
-                      for a source Spark reads natively; :meth:`ChangeSource.native_rows`
-                      for rows Spark reads beside the partitions (staged snapshot
-                      batches); :meth:`ChangeSource.drop_repeats` for a source that
-                      delivers at least once; :meth:`ChangeSource.
-                      check_window` for completeness only the whole window can prove;
+                      runs rounds when partitions split), unless the source
+                      :attr:`~ChangeSource.reads_whole_windows`;
                       :meth:`ChangeSource.extract_overrides` for short-lived credentials.
+                      What builds or takes DataFrames (a whole-window read, rows Spark reads
+                      beside the partitions, repeats dropped against the changelog, a check
+                      of the whole window, a source's own apply) is the source's Spark side,
+                      ``airflow_cdc.spark_jobs.sources`` (:attr:`ChangeSource.spark_side`).
 step 3 (commit)       :meth:`ChangeSource.commit_warnings`, :attr:`ChangeSource.summary_counts`.
 step 5 (gate)         :meth:`ChangeSource.covers`: which evidence proves a partition covered
                       the window; :meth:`ChangeSource.completeness_note` when completeness was
@@ -31,6 +31,9 @@ change rows           :meth:`ChangeSource.canonical_type`: the source's column t
                       change rows declare and apply reads (apply knows no source's names);
                       the ordering key per key (:attr:`ChangeSource.ordering_key_parts`).
 ====================  =====================================================================
+
+This package holds wire formats only: no module of ``airflow_cdc.sources`` imports pyspark,
+not even inside a function (``tests/test_layering.py``).
 
 A source is built from its JSON spec (:meth:`ChangeSource.from_spec`) on the Airflow side and
 on Spark executors alike, so it must not import Airflow; whatever needs an Airflow
@@ -56,13 +59,6 @@ from airflow_cdc.model import (
     Window,
     format_ts,
 )
-
-
-# Spark tasks per core that read a window's partitions (the extract job's rounds, the
-# partitioned queries of a commit-timestamp window). A task per partition paid a Spark task's
-# fixed cost (tens of milliseconds of the Python worker alone, more on a busy machine) for
-# each of a thousand partitions; a few tasks per core still balance partitions of unequal size.
-READ_TASKS_PER_CORE = 4
 
 
 @dataclass(frozen=True)
@@ -102,29 +98,6 @@ class PartitionRead:
     transactions: tuple[TransactionTally, ...] = field(default=())
     dead_letters: tuple[DeadLetter, ...] = field(default=())
     counts: Mapping[str, int] = field(default_factory=dict)  # summed over the window's reads
-
-
-@dataclass
-class WindowRead:
-    """What a source that reads a whole window at once (:meth:`ChangeSource.read_window`) returns.
-
-    ``rows`` and ``dead_letters`` are Spark RDDs of changelog tuples and dead-letter tuples
-    (:func:`changelog_tuple`, :func:`dead_letter_tuple`), or DataFrames of the changelog's
-    columns (and ``reason``), as a read frame gives them (:mod:`airflow_cdc.sources.read_frame`);
-    for a read whose tasks wrote the changelog's files, ``rows`` are those files
-    (``airflow_cdc.spark_jobs.changelog_files.ChangelogFiles``, made by the extract job itself);
-    ``counts`` are the source's own counts of the window (they reach the state store and XCom
-    as the job reports them). ``kept`` are the local checkpoints (read frames) the rows come
-    from, freed by the extract job once the window is committed.
-    """
-
-    rows: Any
-    outcomes: list[PartitionOutcome]
-    counts: dict = field(default_factory=dict)
-    dead_letters: Any = None
-    pending_children: tuple = ()  # children a later window reads (their parents not all read)
-    release: Any = None  # called once the window is committed (unpersist what was cached)
-    kept: tuple = ()  # local checkpoints the extract job frees once the window is committed
 
 
 @dataclass(frozen=True)
@@ -235,124 +208,10 @@ def unwritable_row(stream: str, window_id: str, partition_id, raw: str, event_id
         event_id=event_id if isinstance(event_id, str) else None))
 
 
-def drop_seen_event_ids(spark, table: str, stream: str, frame):
-    """``frame`` without the events this stream's changelog already holds (by event id), and
-    with one row of each event id it holds more than once: the copy of the first partition
-    (by ``partition_id``, then ``ordering_key``), so a re-run keeps the same copy.
-
-    For a source that delivers at least once (Datastream, Debezium): a redelivered event is
-    the same event with the same id and the same ``commit_ts``, so only the changelog rows
-    within the commit times of this window's events are read (and only the stream's):
-    literal bounds that Iceberg prunes by partition
-    (``days(commit_ts)``) and file statistics, so the read does not grow with the whole
-    changelog. Rows without a commit time (none are written today) are always compared.
-    """
-    from pyspark.sql import functions as F
-
-    # The shuffles below leave spark.sql.shuffle.partitions partitions (200 by default, and
-    # adaptive execution does not merge those of a plan the extract caches): every later
-    # stage ran 200 tasks and the commit wrote 200 files. The result keeps the partitions it
-    # came in (bench/extract.py --source datastream; figures in docs/performance.md).
-    partitions = frame.rdd.getNumPartitions()
-    # Repeats within the window (a restart's copies read with their originals): one each.
-    read, frame = frame, without_repeats(spark, frame)
-    if spark.catalog.tableExists(table):
-        bounds = frame.agg(F.min(F.unix_micros("commit_ts")).alias("lo"),
-                           F.max(F.unix_micros("commit_ts")).alias("hi")).first()
-        in_range = F.col("commit_ts").isNull()
-        if bounds.lo is not None:
-            in_range = in_range | F.col("commit_ts").between(
-                F.timestamp_micros(F.lit(bounds.lo)), F.timestamp_micros(F.lit(bounds.hi)))
-        seen = (spark.table(table)
-                .where((F.col("stream") == F.lit(stream)) & in_range & F.col("event_id").isNotNull())
-                .select("event_id"))
-        frame = without_seen(spark, frame, seen)
-    # The read's own frame when nothing was dropped: the extract then keeps the rows it read
-    # cached once, instead of caching a copy of them too (a coalesce of the same partitions
-    # is another frame). Saves a second cache of the read (bench/extract.py --source
-    # datastream, a first window; figures in docs/performance.md).
-    return read if frame is read else frame.coalesce(partitions)
-
-
-def without_seen(spark, frame, seen):
-    """``frame`` without the rows whose event id ``seen`` (a frame of ``event_id``) holds;
-    ``frame`` itself when it holds none of them.
-
-    A performance strategy. Saves: ``frame`` anti-joined with ``seen`` for every window was
-    always a frame of its own, which the extract cached (a copy of every row the read had
-    kept already), though a window rarely holds an event the changelog has: now those events'
-    ids are found first (a semi join; at most :data:`REPEATED_IDS_COLLECTED` come to the
-    driver), and only a window that has some drops them (the ids broadcast, or, when there
-    are more, an anti join with ``seen``). ``bench/extract.py --source datastream`` on a later
-    window shows it (figures in docs/performance.md).
-    """
-    found = frame.select("event_id").join(seen, "event_id", "left_semi").distinct()
-    dropped = _listed_ids(spark, found)
-    if dropped is None:
-        return frame
-    if dropped is found:  # too many to collect: the changelog's ids, not the join again
-        dropped = seen
-    return frame.join(dropped, "event_id", "left_anti").select(*CHANGELOG_NAMES)
-
-
-# At most this many event ids repeated within one window (or held by the changelog already)
-# come to the driver (about 100 bytes each); a window with more keeps one copy of each by a
-# shuffle of all its rows (or drops them by an anti join with the changelog's ids).
-REPEATED_IDS_COLLECTED = 10_000
-
-
-def without_repeats(spark, frame):
-    """``frame`` with one row of each event id it holds more than once: the copy of the first
-    partition (by ``partition_id``, then ``ordering_key``); rows without an event id all stay.
-
-    A performance strategy. Saves: the rule as one window function over every row (a shuffle
-    and sort of whole change rows) ran for every window, though most have no repeat. Now the
-    repeated ids are found by a hash aggregate of the ids alone, and only their rows are
-    ranked (both joins with the ids broadcast). ``bench/extract.py --source datastream``
-    shows it (figures in docs/performance.md).
-    """
-    from pyspark.sql import functions as F
-
-    repeated = (frame.where(F.col("event_id").isNotNull()).groupBy("event_id")
-                .agg(F.count(F.lit(1)).alias("copies")).where(F.col("copies") > 1).select("event_id"))
-    listed = _listed_ids(spark, repeated)
-    if listed is None:
-        return frame
-    if listed is repeated:  # too many to collect
-        return _first_copies(frame)
-    columns = frame.columns
-    once = frame.join(listed, "event_id", "left_anti").select(*columns)
-    copies = _first_copies(frame.join(listed, "event_id", "left_semi").select(*columns))
-    return once.unionByName(copies)
-
-
-def _listed_ids(spark, ids):
-    """``ids`` (a frame of distinct ``event_id``) collected: None when it holds none, a
-    broadcast frame of them when it holds at most :data:`REPEATED_IDS_COLLECTED`, else ``ids``
-    itself (too many to come to the driver)."""
-    from pyspark.sql import functions as F
-
-    found = [row.event_id for row in ids.limit(REPEATED_IDS_COLLECTED + 1).collect()]
-    if not found:
-        return None
-    if len(found) > REPEATED_IDS_COLLECTED:
-        return ids
-    return F.broadcast(spark.createDataFrame([(i,) for i in found], "event_id string"))
-
-
-def _first_copies(frame):
-    """``frame`` with only the first copy of each event id (rows without one all stay)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    copy = F.row_number().over(Window.partitionBy("event_id").orderBy("partition_id", "ordering_key"))
-    return (frame.withColumn("_copy", copy)
-            .where(F.col("event_id").isNull() | (F.col("_copy") == 1)).drop("_copy"))
-
-
 class ChangeSource:
     """A change source as the window protocol sees it. Subclasses set :attr:`kind` and
-    implement :meth:`initial_positions` and one of :meth:`read_partition` / :meth:`read_window`;
+    implement :meth:`initial_positions` and :meth:`read_partition` (or set
+    :attr:`reads_whole_windows` and read them in their Spark side);
     everything else has a default that fits a source whose evidence exists at the window end.
     """
 
@@ -367,10 +226,15 @@ class ChangeSource:
     #: ``module:Class`` of the Airflow-side object the plan and extract steps hand to the
     #: source's hooks (built with the pipeline's ``source_conn`` arguments), or None.
     airflow_hook: ClassVar[str | None] = None
+    #: ``module:Class`` of the source's Spark side (a ``SparkSide`` subclass of
+    #: ``airflow_cdc.spark_jobs.sources.base``), for a source that is not built in and needs
+    #: one; built-in kinds are found by kind (``airflow_cdc.spark_jobs.sources``). None: the
+    #: plain Spark side (partition reads, every row kept as read).
+    spark_side: ClassVar[str | None] = None
     #: True when the extract task may read the window's partitions in the Airflow worker to
     #: prove the window empty and skip Spark (:mod:`airflow_cdc.pipeline.empty_window`):
     #: ``read_partition`` needs no Spark, reading is free of side effects, and a window with
-    #: no change rows needs nothing of ``native_rows``, ``drop_repeats`` or ``check_window``.
+    #: no change rows needs nothing of its Spark side.
     proves_empty_windows: ClassVar[bool] = False
     #: The source's own window counts that the commit and gate summaries show.
     summary_counts: ClassVar[tuple[str, ...]] = ()
@@ -437,7 +301,7 @@ class ChangeSource:
 
     def read_partition(self, window: Window, position: PartitionPosition) -> PartitionRead:
         """Read one partition from ``position`` to the window's end (on a Spark executor)."""
-        raise NotImplementedError(f"source {self.kind!r} reads whole windows (read_window)")
+        raise NotImplementedError(f"source {self.kind!r} reads whole windows (reads_whole_windows)")
 
     def read_partition_tuples(
         self, window: Window, position: PartitionPosition
@@ -457,9 +321,11 @@ class ChangeSource:
         still prepares the window; a failure here is ignored (the read meets it again and
         reports it). Default: nothing."""
 
-    #: Override with ``def read_window(self, spark, plan) -> WindowRead`` for a source whose
-    #: window Spark reads natively (files); None: the extract job reads partition by partition.
-    read_window = None
+    #: True when the source's window is read whole by its Spark side
+    #: (``SparkSide.read_window`` in ``airflow_cdc.spark_jobs.sources``: Datastream's files,
+    #: the commit-timestamp source's partitioned queries); False: the extract job reads it
+    #: partition by partition with :meth:`read_partition`.
+    reads_whole_windows: ClassVar[bool] = False
 
     def resolve_child(self, child, reporter: str, known: Mapping, pending: Mapping) -> Any:
         """A child as ``reporter`` reported it -> the child with all its parents.
@@ -475,26 +341,9 @@ class ChangeSource:
         """Raise when the partitions live after the window are not what the source needs
         (Bigtable: they must tile the key space); called once the window's rounds are read."""
 
-    def native_rows(self, spark, plan):
-        """Change rows of the window that Spark reads natively beside the partitions' reads
-        (a DataFrame of the changelog's columns, ``window_id`` set), or None. Debezium: the
-        parallel snapshot's staged batches the plan took (:mod:`.debezium.staged`)."""
-        return None
-
-    def drop_repeats(self, spark, plan, frame):
-        """The window's changelog frame without rows the changelog already holds (for sources
-        that deliver at least once); the default keeps every row."""
-        return frame
-
-    def check_window(self, spark, plan, frame) -> dict:
-        """Raise when the window's changes (``frame``: its changelog rows after
-        :meth:`drop_repeats`, on the Spark driver) prove it incomplete, naming what is missing,
-        so it stays uncommitted; return counts for the window's summary. For sources whose
-        transactions span windows (Debezium's END events); the default checks nothing."""
-        return {}
-
     def window_counts(self, counts: dict, changes: int) -> dict:
-        """The window's counts once ``changes`` rows (after :meth:`drop_repeats`) are known."""
+        """The window's counts once its ``changes`` (rows after the repeats the Spark side
+        drops) are known."""
         return {**counts, "changes": changes}
 
     # --- step 3: commit, step 5: gate ---------------------------------------------------------
@@ -514,13 +363,11 @@ class ChangeSource:
         return None
 
     # --- step 4: apply -----------------------------------------------------------------------
-    #: Override with ``def apply_window(self, spark, config, data, tables) -> list[dict]``
-    #: for a source whose changes are not row images (Bigtable's cells: range deletes, cell
-    #: versions): ``config`` is the apply job's parsed config, ``data`` its JSON, ``tables``
-    #: the window's tagged commits (``committed``, ``before``, ``merge``, ``snapshot_id``);
-    #: it returns one dict of ``TableResult`` fields per source table. None: the relational
-    #: apply engine (``spark_jobs/apply``) folds the window per key.
-    apply_window = None
+    #: True for a source whose changes are not row images (Bigtable's cells: range deletes,
+    #: cell versions) and which applies its windows itself (``SparkSide.apply_window`` in
+    #: ``airflow_cdc.spark_jobs.sources``); False: the relational apply engine
+    #: (``spark_jobs/apply``) folds the window per key.
+    applies_own_changes: ClassVar[bool] = False
 
     # --- apply and lineage --------------------------------------------------------------------
     def canonical_type(self, source_type: Any) -> str:

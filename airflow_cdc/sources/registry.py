@@ -25,7 +25,7 @@ from airflow_cdc.model import CdcError, validate_identifier
 
 ENTRY_POINT_GROUP = "airflow_cdc.sources"
 BUILT_IN = {
-    "spanner_change_stream": "airflow_cdc.sources.spanner.reader:SpannerChangeStreamSource",
+    "spanner_change_stream": "airflow_cdc.sources.spanner.source:SpannerChangeStreamSource",
     "datastream": "airflow_cdc.sources.datastream.source:DatastreamSource",
     "bigtable_change_stream": "airflow_cdc.sources.bigtable.source:BigtableChangeStreamSource",
     "debezium": "airflow_cdc.sources.debezium.source:DebeziumSource",

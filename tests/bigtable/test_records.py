@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 import pytest
 from google.cloud.bigtable_v2 import types as bt
 
-from airflow_cdc.sources.bigtable.apply import decode_columns, decode_value
+from airflow_cdc.sources.bigtable.types import decode_columns, decode_value
 from airflow_cdc.sources.bigtable.records import DataChange, MalformedChange, stream_records
 
 WHEN = datetime(2025, 1, 6, 8, 0, tzinfo=timezone.utc)

@@ -11,9 +11,10 @@ from google.cloud.spanner_v1.data_types import JsonObject
 
 from airflow_cdc.model import PartitionPosition, Window
 from airflow_cdc.sources.base import changelog_tuple
-from airflow_cdc.sources.read_frame import KIND, bad_row_dead_letter
-from airflow_cdc.sources.spanner_commit_ts.extract import KEYS, ROWS, plan_steps, table_batches
-from airflow_cdc.sources.spanner_commit_ts.rows import reconcile_delete, row_change
+from airflow_cdc.spark_jobs.sources.read_frame import KIND, bad_row_dead_letter
+from airflow_cdc.sources.spanner_commit_ts.reads import KEYS, ROWS, plan_steps
+from airflow_cdc.spark_jobs.sources.spanner_commit_ts import table_batches
+from airflow_cdc.sources.spanner_commit_ts.records import reconcile_delete, row_change
 from airflow_cdc.sources.spanner_commit_ts.schema import CHANGELOG, PLAIN, TablePlan
 
 T0 = datetime(2025, 1, 6, 8, 0, tzinfo=timezone.utc)

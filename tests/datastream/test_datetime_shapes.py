@@ -13,7 +13,7 @@ import json
 from datetime import date, datetime, time, timezone
 
 from airflow_cdc.model import CHANGELOG_NAMES
-from airflow_cdc.sources.datastream.extract import TableSettings, avro_file_results, json_file_results
+from airflow_cdc.sources.datastream.records import TableSettings, avro_file_results, json_file_results
 from airflow_cdc.sources.datastream.types import declared_column_types
 from airflow_cdc.sources.datastream.writer import write_avro_events, write_json_events
 

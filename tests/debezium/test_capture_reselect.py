@@ -19,7 +19,7 @@ import sys
 import pytest
 
 from airflow_cdc.capture.debezium import RESELECT_UNAVAILABLE_DEFAULTS, CaptureConfig
-from airflow_cdc.sources.debezium.envelope import DEFAULT_PLACEHOLDER
+from airflow_cdc.sources.debezium.records import DEFAULT_PLACEHOLDER
 from tests.snapshot.toasted import create_docs, drop_database, execute, topic_values, wait_for
 
 DB = "cdc_reselect_test"

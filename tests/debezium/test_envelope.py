@@ -14,7 +14,7 @@ import json
 import pytest
 
 from airflow_cdc.model import Image, Op, change_row_to_record
-from airflow_cdc.sources.debezium.envelope import (
+from airflow_cdc.sources.debezium.records import (
     ChangeEvent,
     Heartbeat,
     LogicalMessage,
@@ -288,7 +288,7 @@ def test_the_transaction_block_gives_the_transaction_id_by_its_postgresql_tx_id(
 
 
 def test_a_mysql_gtid_transaction_id_is_kept_whole():
-    from airflow_cdc.sources.debezium.envelope import transaction_key
+    from airflow_cdc.sources.debezium.records import transaction_key
 
     gtid = "3e11fa47-71ca-11e1-9e33-c80aa9429562:23"
 

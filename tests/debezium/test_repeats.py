@@ -9,8 +9,8 @@ from datetime import timedelta
 import pytest
 
 from airflow_cdc.model import CHANGELOG_NAMES, change_row_to_record
-from airflow_cdc.sources.base import drop_seen_event_ids
-from airflow_cdc.sources.debezium.envelope import change_of, parse_line
+from airflow_cdc.sources.debezium.records import change_of, parse_line
+from airflow_cdc.spark_jobs.sources.dedup import deduplicated, drop_seen_event_ids, seen_event_ids
 
 from .test_source import ORDERS, T0, change
 
@@ -74,9 +74,9 @@ def committed_changelog(spark, *events) -> str:
 
 @pytest.mark.parametrize("repeated_ids_collected", [10_000, 0], ids=["ids-collected", "too-many-ids"])
 def test_an_event_an_earlier_window_committed_is_dropped(spark, monkeypatch, repeated_ids_collected):
-    import airflow_cdc.sources.base as base
+    import airflow_cdc.spark_jobs.sources.dedup as dedup
 
-    monkeypatch.setattr(base, "REPEATED_IDS_COLLECTED", repeated_ids_collected)
+    monkeypatch.setattr(dedup, "REPEATED_IDS_COLLECTED", repeated_ids_collected)
     first = change("c", 1, T0 + timedelta(minutes=1), 100)
     second = change("c", 2, T0 + timedelta(minutes=2), 200)
     table = committed_changelog(spark, first)
@@ -95,9 +95,9 @@ def test_a_later_window_without_events_the_changelog_holds_is_the_frame_read(spa
 
 @pytest.mark.parametrize("repeated_ids_collected", [10_000, 0], ids=["ids-collected", "too-many-ids"])
 def test_of_an_event_read_in_two_partitions_the_first_partitions_copy_is_kept(spark, monkeypatch, repeated_ids_collected):
-    import airflow_cdc.sources.base as base
+    import airflow_cdc.spark_jobs.sources.dedup as dedup
 
-    monkeypatch.setattr(base, "REPEATED_IDS_COLLECTED", repeated_ids_collected)
+    monkeypatch.setattr(dedup, "REPEATED_IDS_COLLECTED", repeated_ids_collected)
     event = change("c", 1, T0 + timedelta(minutes=1), 100)
     other = change("c", 2, T0 + timedelta(minutes=1), 200)
     [row] = records(event)
@@ -107,3 +107,29 @@ def test_of_an_event_read_in_two_partitions_the_first_partitions_copy_is_kept(sp
 
     assert sorted((r.event_id, r.partition_id) for r in kept.collect()) == sorted(
         [(row[EVENT_ID], f"{ORDERS}+1"), (next(records(other))[EVENT_ID], f"{ORDERS}+0")])
+
+
+@pytest.mark.parametrize("repeated_ids_collected", [10_000, 1, 0], ids=["ids-collected", "some-ids", "too-many-ids"])
+def test_the_listed_ids_strategy_keeps_the_rows_the_rule_keeps(spark, monkeypatch, repeated_ids_collected):
+    """The plain rule (first copy per event id, none the changelog holds) and the strategy
+    that ranks and drops only the rows of listed ids keep the same rows."""
+    import airflow_cdc.spark_jobs.sources.dedup as dedup
+
+    monkeypatch.setattr(dedup, "REPEATED_IDS_COLLECTED", repeated_ids_collected)
+    committed = change("c", 1, T0 + timedelta(minutes=1), 100)
+    repeated = change("c", 2, T0 + timedelta(minutes=2), 200)
+    twice = change("u", 3, T0 + timedelta(minutes=2), 300)
+    table = committed_changelog(spark, committed)
+    [row] = records(repeated)
+    copies = [tuple(f"{ORDERS}+{p}" if i == PARTITION_ID else v for i, v in enumerate(row)) for p in (2, 1)]
+    keyless = [tuple(None if i == EVENT_ID else v for i, v in enumerate(r))
+               for r in records(change("c", 4, T0 + timedelta(minutes=3), 400))] * 2
+    frame = frame_of(spark, [*records(committed, twice, twice), *copies, *keyless])
+
+    def rows(kept):
+        return sorted((tuple(r) for r in kept.select("event_id", "partition_id", "ordering_key").collect()),
+                      key=repr)
+
+    plain = deduplicated(frame, seen_event_ids(spark, table, STREAM, frame))
+    assert rows(drop_seen_event_ids(spark, table, STREAM, frame)) == rows(plain)
+    assert len(rows(plain)) == 4  # twice once, repeated once, the two rows without an id

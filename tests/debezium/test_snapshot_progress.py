@@ -20,6 +20,7 @@ from airflow_cdc.model import Op, PartitionPosition, Window, format_ts
 from airflow_cdc.pipeline.files import WindowPlanFile
 from airflow_cdc.pipeline.protocol import STORE_COMPUTED_COUNTS
 from airflow_cdc.sources.registry import build_source, source_spec
+from airflow_cdc.spark_jobs.sources import spark_side
 from airflow_cdc.state import StateStore
 
 # The window holds the notification a real capture wrote at 1795617800546 ms.
@@ -143,7 +144,8 @@ def extract(store: StateStore, sink: Path, window: Window, **extra) -> dict:
     for read in reads:
         for name, value in read.counts.items():
             summed[name] = summed.get(name, 0) + value
-    counts = reader.window_counts({**summed, **reader.check_window(None, plan_file, None)},
+    checked = spark_side(reader).check_window(None, plan_file, None)
+    counts = reader.window_counts({**summed, **checked},
                                   sum(len(r.rows) for r in reads))
     store.mark_extracted(window, "run", 11)
     record = store.commit_window(window, "run", [r.outcome for r in reads],

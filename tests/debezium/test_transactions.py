@@ -13,7 +13,7 @@ import pytest
 from airflow_cdc.model import PartitionPosition, Window, change_row_to_record
 from airflow_cdc.pipeline.files import WindowPlanFile
 from airflow_cdc.sources.debezium.errors import IncompleteTransactionError
-from airflow_cdc.sources.debezium.envelope import change_of, parse_line
+from airflow_cdc.sources.debezium.records import change_of, parse_line
 from airflow_cdc.sources.registry import build_source, source_spec
 
 from .test_source import HEARTBEATS, ORDERS, T0, change, millis, write
@@ -67,7 +67,9 @@ def check(spark, sink, table, window_events, ends):
     options = source.plan_options(None, T0 + timedelta(hours=1), None, positions)
     plan = WindowPlanFile(WINDOW, positions, (), spec, table, options=options)
     frame = spark.createDataFrame(list(rows_of(window_events, WINDOW)), changelog_schema())
-    return build_source(spec, options).check_window(spark, plan, frame)
+    from airflow_cdc.spark_jobs.sources import spark_side
+
+    return spark_side(build_source(spec, options)).check_window(spark, plan, frame)
 
 
 def test_a_window_short_of_a_committed_transactions_events_is_refused_naming_it(spark, tmp_path, lake_table):

@@ -16,7 +16,7 @@ from google.cloud.spanner_v1.data_types import JsonObject
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_cdc.sources.spanner_commit_ts.extract import row_results
+from airflow_cdc.sources.spanner_commit_ts.records import row_results
 from airflow_cdc.sources.spanner_commit_ts.schema import CHANGELOG, PLAIN, TablePlan
 
 from .strategies import utf8_hostile_values

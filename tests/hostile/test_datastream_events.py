@@ -20,7 +20,7 @@ import fastavro
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_cdc.sources.datastream.extract import TableSettings, avro_file_results, json_line_results
+from airflow_cdc.sources.datastream.records import TableSettings, avro_file_results, json_line_results
 from airflow_cdc.sources.datastream.writer import _json_value, write_avro_events
 from tests.datastream.support import mysql, oracle, postgres, sqlserver, window
 

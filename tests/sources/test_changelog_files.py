@@ -1,5 +1,5 @@
 """The extract's direct write: read tasks write the changelog's Parquet files, the driver
-commits them in the window's one tagged commit (airflow_cdc/sources/changelog_files.py,
+commits them in the window's one tagged commit (spark_jobs/sources/task_files.py,
 spark_jobs/changelog_files.py)."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import pytest
 
 from airflow_cdc.model import CHANGELOG_COLUMNS
 from airflow_cdc.sources.base import ChangeSource
-from airflow_cdc.sources.changelog_files import FileSink, TaskFiles
+from airflow_cdc.spark_jobs.sources.base import SparkSide
+from airflow_cdc.spark_jobs.sources.task_files import TaskFiles
 
 DAY = datetime(2024, 5, 1, 23, 59, 58, tzinfo=timezone.utc)
 NAMES = [name for name, _ in CHANGELOG_COLUMNS]
@@ -24,7 +25,11 @@ class PlainSource(ChangeSource):
     kind = "plain"
 
 
-class DedupingSource(PlainSource):
+class DedupingSide(SparkSide):
+    """A Spark side that drops rows (the at-least-once sources' case)."""
+
+    rows_pass_through = False
+
     def drop_repeats(self, spark, plan, frame):
         return frame
 
@@ -33,7 +38,7 @@ def batch(count: int, start: datetime = DAY, table: str = "orders"):
     """``count`` changelog rows a second apart (an Arrow batch, as a read task has them)."""
     import pyarrow as pa
 
-    from airflow_cdc.sources.read_frame import _rows_batch
+    from airflow_cdc.spark_jobs.sources.read_frame import _rows_batch
 
     rows = []
     for n in range(count):
@@ -63,7 +68,7 @@ def sink_of(spark, table, min_task_rows=0):
 
     from airflow_cdc.spark_jobs.changelog_files import file_sink
 
-    sink = file_sink(spark, table, PlainSource({}))
+    sink = file_sink(spark, table)
     assert sink is not None
     return dataclasses.replace(sink, min_task_rows=min_task_rows)
 
@@ -124,11 +129,14 @@ def test_a_commit_after_the_snapshot_the_job_read_conflicts_and_deletes_its_file
 def test_spark_writes_the_rows_of_a_table_or_source_the_read_tasks_cannot_write_for(
     spark, table, monkeypatch
 ):
-    from airflow_cdc.spark_jobs.changelog_files import file_sink
+    from airflow_cdc.spark_jobs.changelog_files import DirectFileWriter, SparkWriter, changelog_writer
 
-    assert file_sink(spark, table, DedupingSource({})) is None  # a source that drops rows
+    source = PlainSource({})
+    assert isinstance(changelog_writer(spark, table, source, SparkSide(source)), DirectFileWriter)
+    # a source that drops rows
+    assert isinstance(changelog_writer(spark, table, source, DedupingSide(source)), SparkWriter)
     monkeypatch.setenv("CDC_DIRECT_CHANGELOG", "false")
-    assert file_sink(spark, table, PlainSource({})) is None
+    assert isinstance(changelog_writer(spark, table, source, SparkSide(source)), SparkWriter)
     monkeypatch.delenv("CDC_DIRECT_CHANGELOG")
     spark.sql(f"ALTER TABLE {table} WRITE ORDERED BY event_id")
-    assert file_sink(spark, table, PlainSource({})) is None
+    assert isinstance(changelog_writer(spark, table, source, SparkSide(source)), SparkWriter)

@@ -1,4 +1,4 @@
-"""The read frame (``airflow_cdc/sources/read_frame.py``): what a read task hands to Spark in Arrow.
+"""The read frame (``spark_jobs/sources/read_frame.py``): what a read task hands to Spark in Arrow.
 Pure Python and pyarrow: no Spark session."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 
 from airflow_cdc.model import PartitionOutcome
 from airflow_cdc.sources.base import TransactionTally
-from airflow_cdc.sources.read_frame import (
+from airflow_cdc.spark_jobs.sources.read_frame import (
     CHANGELOG_NAMES,
     KIND,
     OUTCOME,

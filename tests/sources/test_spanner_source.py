@@ -9,7 +9,8 @@ import pytest
 from airflow_cdc.model import Image, Op, PartitionPosition, Window
 from airflow_cdc.pipeline.partition_lineage import WindowLineage, check_transactions, run_rounds
 from airflow_cdc.sources.spanner.query import GOOGLE_SQL, INITIAL_PARTITION, POSTGRESQL, build_query
-from airflow_cdc.sources.spanner.reader import SpannerChangeStreamSource, SpannerConnection
+from airflow_cdc.sources.spanner.reader import SpannerConnection
+from airflow_cdc.sources.spanner.source import SpannerChangeStreamSource
 from airflow_cdc.model import InvalidIdentifierError
 
 
@@ -189,7 +190,8 @@ def test_a_source_checks_its_settings_without_loading_the_client_library():
 
     script = (
         "import sys\n"
-        "from airflow_cdc.sources.spanner.reader import SpannerChangeStreamSource, SpannerConnection\n"
+        "from airflow_cdc.sources.spanner.reader import SpannerConnection\n"
+        "from airflow_cdc.sources.spanner.source import SpannerChangeStreamSource\n"
         "connection = SpannerConnection(project='p', instance='i', database='d')\n"
         "SpannerChangeStreamSource(connection, 'Orders', heartbeat_milliseconds=1000)\n"
         "try:\n"

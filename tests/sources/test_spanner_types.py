@@ -9,7 +9,7 @@ from airflow_cdc_emulators.spanner.schema import GOOGLESQL, POSTGRESQL, SCALAR_C
 from airflow_cdc.model import Op
 from airflow_cdc.sources.column_types import UnsupportedColumnTypeError, parse_source_type, spark_sql_type
 from airflow_cdc.sources.spanner.mapping import change_rows
-from airflow_cdc.sources.spanner.reader import SpannerChangeStreamSource
+from airflow_cdc.sources.spanner.source import SpannerChangeStreamSource
 from airflow_cdc.sources.spanner.records import parse_change_record
 from airflow_cdc.sources.spanner.types import canonical_type, change_row_type
 

@@ -11,7 +11,8 @@ from airflow_cdc.model import PartitionState, Window
 from airflow_cdc.pipeline.files import WindowOutcomeFile
 from airflow_cdc.pipeline.partition_lineage import WindowLineage, check_transactions, run_rounds
 from airflow_cdc.pipeline.protocol import StreamConfig, commit_window, plan_window
-from airflow_cdc.sources.spanner.reader import SpannerChangeStreamSource, SpannerConnection
+from airflow_cdc.sources.spanner.reader import SpannerConnection
+from airflow_cdc.sources.spanner.source import SpannerChangeStreamSource
 from airflow_cdc.state import StateStore
 
 STEP = timedelta(minutes=10)

@@ -1,9 +1,9 @@
-"""airflow_cdc.sources.read_frame.kept and checkpoints.release_checkpoint: a round's read frame
+"""airflow_cdc.spark_jobs.sources.read_frame.kept and checkpoints.release_checkpoint: a round's read frame
 computed once, freed after."""
 
 from __future__ import annotations
 
-from airflow_cdc.sources.read_frame import kept
+from airflow_cdc.spark_jobs.sources.read_frame import kept
 from airflow_cdc.spark_jobs.checkpoints import release_checkpoint as release
 
 

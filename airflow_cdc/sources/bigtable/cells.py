@@ -77,37 +77,55 @@ def fold_row(
     apply_gc: bool,
     cutoff_micros: int,
 ) -> RowOutcome:
-    """``cells_before``: (family, qualifier, ts) -> (value, seq, commit_micros);
-    ``tombstones_before``: (family, qualifier or None, from, to) -> (seq, commit_micros)."""
+    """Steps 1-4 of the module doc for one row. ``cells_before``: (family, qualifier, ts) ->
+    (value, seq, commit_micros); ``tombstones_before``: (family, qualifier or None, from, to)
+    -> (seq, commit_micros)."""
     cells = dict(cells_before)
     tombs = dict(tombstones_before)
     outcome = RowOutcome()
     for m in sorted(mutations, key=lambda m: m.seq):
         if m.gc and not apply_gc:
             outcome.ignored_gc += 1
-            continue
-        if m.kind == SET_CELL:
-            key = (m.family, m.qualifier, m.cell_ts)
-            present = cells.get(key)
-            deleted_later = any(
-                seq > m.seq and _covers(tomb, m.family, m.qualifier, m.cell_ts)
-                for tomb, (seq, _) in tombs.items()
-            )
-            if (present is not None and present[1] > m.seq) or deleted_later:
-                outcome.superseded += 1
-                continue
-            cells[key] = (m.value, m.seq, m.commit_micros)
+        elif m.kind == SET_CELL and not _set_cell(m, cells, tombs):
+            outcome.superseded += 1
         else:
-            qualifier = m.qualifier if m.kind == DELETE_FROM_COLUMN else None
-            tomb = (m.family, qualifier, m.ts_from if qualifier is not None else 0,
-                    m.ts_to if qualifier is not None else 0)
-            for key in [k for k, cell in cells.items()
-                        if cell[1] < m.seq and _covers(tomb, *k)]:
-                del cells[key]
-            if tombs.get(tomb, (b"",))[0] < m.seq:
-                tombs[tomb] = (m.seq, m.commit_micros)
-        outcome.applied += 1
+            if m.kind != SET_CELL:
+                _delete(m, cells, tombs)
+            outcome.applied += 1
     tombs = {k: v for k, v in tombs.items() if v[1] >= cutoff_micros}
+    _record_changes(outcome, cells_before, cells, tombstones_before, tombs)
+    return outcome
+
+
+def _set_cell(m: CellMutation, cells: dict, tombs: dict) -> bool:
+    """Step 1: write the cell, unless it holds a newer write or a newer delete covers it
+    (False: superseded)."""
+    key = (m.family, m.qualifier, m.cell_ts)
+    present = cells.get(key)
+    deleted_later = any(
+        seq > m.seq and _covers(tomb, m.family, m.qualifier, m.cell_ts)
+        for tomb, (seq, _) in tombs.items()
+    )
+    if (present is not None and present[1] > m.seq) or deleted_later:
+        return False
+    cells[key] = (m.value, m.seq, m.commit_micros)
+    return True
+
+
+def _delete(m: CellMutation, cells: dict, tombs: dict) -> None:
+    """Step 2: remove the covered cells written before the delete; leave its tombstone."""
+    qualifier = m.qualifier if m.kind == DELETE_FROM_COLUMN else None
+    tomb = (m.family, qualifier, m.ts_from if qualifier is not None else 0,
+            m.ts_to if qualifier is not None else 0)
+    for key in [k for k, cell in cells.items() if cell[1] < m.seq and _covers(tomb, *k)]:
+        del cells[key]
+    if tombs.get(tomb, (b"",))[0] < m.seq:
+        tombs[tomb] = (m.seq, m.commit_micros)
+
+
+def _record_changes(outcome: RowOutcome, cells_before: dict, cells: dict,
+                    tombstones_before: dict, tombs: dict) -> None:
+    """What changed: cells, tombstones and the newest cell per column, written or removed."""
     for key, cell in cells.items():
         if cells_before.get(key) != cell:
             outcome.cells_written.append((*key, *cell))
@@ -122,4 +140,3 @@ def fold_row(
             outcome.latest_written.append((*column, *newest))
     outcome.latest_removed = [column for column in latest_before if column not in latest_after]
     outcome.cells_after = cells
-    return outcome

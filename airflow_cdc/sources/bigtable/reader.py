@@ -110,151 +110,209 @@ def read_partition(
     deadline: timedelta,
     progress_every: float = 30.0,
 ) -> PartitionRead:
-    """Steps 1-4 of the module doc for one partition."""
-    from google.api_core import exceptions
-
+    """Steps 1-4 of the module doc for one partition: each record goes to the handler of its
+    type (:class:`PartitionReader`) until the read ends."""
     if position.partition_id == INITIAL_PARTITION:
         return initial_read(connection, window)
     name = PartitionName.parse(position.partition_id)
     request, resume, skipped = _request(connection, name.rows, position, heartbeat)
-    skip = set(skipped)  # taken by the previous window after the token this read starts from
-    rows, dead, taken_after_hold = [], [], set()
-    watermark = position.start
-    held = False  # a record at or after e was met: the resume token stays before it
-    closed: CloseStream | None = None
-    counts = {"mutations": 0, "gc_mutations": 0, "chunked": 0, "held_records": 0}
-    records = 0
+    reader = PartitionReader(connection.table, window, position, name, stream, resume, skipped)
+    _read_stream(reader, connection, request, deadline, progress_every)
+    return reader.result()
+
+
+def _read_stream(reader: PartitionReader, connection: BigtableConnection, request: dict,
+                 deadline: timedelta, progress_every: float) -> None:
+    """Step 5 of the module doc around the records' handlers: the call, its errors, its end."""
+    from google.api_core import exceptions
+
+    position, window = reader.position, reader.window
     started = last_log = time.monotonic()
-    client = connection.data_client()
     call = None
     try:
-        call = client.read_change_stream(request=request, timeout=deadline.total_seconds())
+        call = connection.data_client().read_change_stream(request=request, timeout=deadline.total_seconds())
         for record in stream_records(call):
-            if isinstance(record, MalformedChange):
-                # Dead-lettered like a record of the window (kept whole, named); one known to
-                # commit at or after e is held for the next window like any other.
-                if record.event_id is not None and record.event_id in skip:
-                    if not held:
-                        skip.discard(record.event_id)
-                elif record.commit_timestamp is None or record.commit_timestamp < window.end:
-                    records += 1
-                    dead.append(DeadLetter(
-                        position.partition_id, record.raw,
-                        f"{record.reason}: the record is kept here whole",
-                        source_table=connection.table, event_id=record.event_id))
-                    if held and record.event_id is not None:
-                        taken_after_hold.add(record.event_id)
-                elif not held:
-                    held = True
-                    counts["held_records"] += 1
-                else:
-                    counts["held_records"] += 1
-                if not held and record.token:
-                    resume = [TokenPiece(name.rows, record.token)]
-                mark = record.low_watermark
-            elif isinstance(record, DataChange):
-                if record.event_id in skip:
-                    if not held:  # the resume token passes it: no later read meets it again
-                        skip.discard(record.event_id)
-                elif record.commit_timestamp < window.end and record.unsupported:
-                    records += 1
-                    dead.append(DeadLetter(
-                        position.partition_id, record.describe(),
-                        f"mutation {record.unsupported[0]} of row {record.row_key!r} is not one "
-                        f"this source applies (SetCell, DeleteFromColumn, DeleteFromFamily): "
-                        f"the record is kept here whole",
-                        source_table=connection.table, event_id=record.event_id))
-                    if held:
-                        taken_after_hold.add(record.event_id)
-                elif record.commit_timestamp < window.end:
-                    records += 1
-                    mapped = change_rows(record, connection.table, stream, window.window_id,
-                                         position.partition_id)
-                    rows.extend(mapped)
-                    counts["mutations"] += len(mapped)
-                    counts["chunked"] += record.chunked
-                    if record.type == GARBAGE_COLLECTION:
-                        counts["gc_mutations"] += len(mapped)
-                    if held:
-                        taken_after_hold.add(record.event_id)
-                elif not held:
-                    held = True
-                    counts["held_records"] += 1
-                else:
-                    counts["held_records"] += 1
-                if not held:
-                    resume = [TokenPiece(name.rows, record.token)]
-                mark = record.low_watermark
-            elif isinstance(record, Heartbeat):
-                if not held:
-                    resume = [record.token]
-                mark = record.low_watermark
-            else:
-                closed = record
-                break
-            if mark is not None and mark > watermark:
-                watermark = mark
-            if watermark >= window.end:
+            if reader.on_record(record):
                 break
             if time.monotonic() - last_log >= progress_every:
                 last_log = time.monotonic()
                 log.info("partition %s: %d records, low watermark %s, %s behind the window end",
-                         position.partition_id, records, watermark.isoformat(),
-                         window.end - watermark)
+                         position.partition_id, reader.records, reader.watermark.isoformat(),
+                         window.end - reader.watermark)
     except exceptions.DeadlineExceeded:
         if time.monotonic() - started < deadline.total_seconds() * (1 - DEADLINE_SLACK):
             raise  # the service's, mid-stream, not the read deadline: read_errors reads again
         log.info("partition %s: read deadline of %s reached after %.0f s, low watermark %s",
-                 position.partition_id, deadline, time.monotonic() - started, watermark)
+                 position.partition_id, deadline, time.monotonic() - started, reader.watermark)
     except exceptions.GoogleAPICallError as error:
         if isinstance(error, transient_errors()):
             raise  # read again from the planned position (read_errors)
-        if isinstance(error, exceptions.OutOfRange):
-            raise position_expired(
-                "Bigtable", position.partition_id, window, format_position(position),
-                f"{error.message} ({connection.table_name})", ChangeStreamReadError) from error
-        raise ChangeStreamReadError(
-            f"Bigtable refused reading partition {position.partition_id} of "
-            f"{connection.table_name} from {format_position(position)} for window "
-            f"{window.window_id}: {error.message}. " + _fix_for(error)
-        ) from error
+        raise _refused(error, connection, window, position) from error
     finally:
         call_cancel = getattr(call, "cancel", None)
-        if call_cancel is not None and closed is None:
+        if call_cancel is not None and reader.closed is None:
             try:
                 call_cancel()
             except Exception:  # noqa: BLE001 - cancelling a finished call is harmless
                 pass
-    if closed is not None and closed.code not in (0, OUT_OF_RANGE):
-        raise ChangeStreamReadError(
-            f"Bigtable closed partition {position.partition_id} with status {closed.code}: "
-            f"{closed.message}")
-    finished = closed is not None and closed.code == OUT_OF_RANGE and not held
-    children: tuple[ChildPartition, ...] = ()
-    if finished:
-        children = tuple(
-            ChildPartition(
-                PartitionName(name.generation + 1, rows_).partition_id,
-                min(watermark, window.end),
-                (position.partition_id,),
-                handover=resume_text([t for t in closed.tokens if _within(t.rows, rows_)]),
+
+
+def _refused(error, connection: BigtableConnection, window: Window, position: PartitionPosition):
+    """The error a read the service refused raises: an expired position naming the fix, else
+    what was refused and where to look."""
+    from google.api_core import exceptions
+
+    if isinstance(error, exceptions.OutOfRange):
+        return position_expired(
+            "Bigtable", position.partition_id, window, format_position(position),
+            f"{error.message} ({connection.table_name})", ChangeStreamReadError)
+    return ChangeStreamReadError(
+        f"Bigtable refused reading partition {position.partition_id} of "
+        f"{connection.table_name} from {format_position(position)} for window "
+        f"{window.window_id}: {error.message}. " + _fix_for(error))
+
+
+class PartitionReader:
+    """One partition's read over one window: one handler per record type (data change,
+    malformed change, heartbeat, close stream), each doing its steps of the module doc to
+    the read's state; :meth:`result` is the read."""
+
+    def __init__(self, table: str, window: Window, position: PartitionPosition, name: PartitionName,
+                 stream: str, resume: list[TokenPiece], skipped: frozenset[str]) -> None:
+        self.table, self.window, self.position, self.name, self.stream = table, window, position, name, stream
+        self.resume = resume  # where the next window reads from (step 2)
+        self.skip = set(skipped)  # taken by the previous window after the token read from
+        self.rows: list = []
+        self.dead: list[DeadLetter] = []
+        self.taken_after_hold: set[str] = set()
+        self.watermark = position.start
+        self.held = False  # a record at or after e was met: the resume token stays before it
+        self.closed: CloseStream | None = None
+        self.counts = {"mutations": 0, "gc_mutations": 0, "chunked": 0, "held_records": 0}
+        self.records = 0
+
+    def on_record(self, record) -> bool:
+        """Hand ``record`` to its type's handler, then move the watermark (step 3); True when
+        the read ends: the stream closed, or the watermark reached the window end."""
+        if isinstance(record, MalformedChange):
+            self.on_malformed_change(record)
+        elif isinstance(record, DataChange):
+            self.on_data_change(record)
+        elif isinstance(record, Heartbeat):
+            self.on_heartbeat(record)
+        else:
+            self.on_close_stream(record)
+            return True
+        mark = record.low_watermark
+        if mark is not None and mark > self.watermark:
+            self.watermark = mark
+        return self.watermark >= self.window.end
+
+    def on_data_change(self, record: DataChange) -> None:
+        """Step 2: a change before ``e`` becomes change rows (a mutation this source does not
+        apply, a dead letter); one at or after ``e`` is held for the next window."""
+        if self._skipped(record.event_id):
+            pass
+        elif record.commit_timestamp < self.window.end and record.unsupported:
+            self._take(record.event_id)
+            self.dead.append(DeadLetter(
+                self.position.partition_id, record.describe(),
+                f"mutation {record.unsupported[0]} of row {record.row_key!r} is not one "
+                f"this source applies (SetCell, DeleteFromColumn, DeleteFromFamily): "
+                f"the record is kept here whole",
+                source_table=self.table, event_id=record.event_id))
+        elif record.commit_timestamp < self.window.end:
+            self._take(record.event_id)
+            mapped = change_rows(record, self.table, self.stream, self.window.window_id,
+                                 self.position.partition_id)
+            self.rows.extend(mapped)
+            self.counts["mutations"] += len(mapped)
+            self.counts["chunked"] += record.chunked
+            if record.type == GARBAGE_COLLECTION:
+                self.counts["gc_mutations"] += len(mapped)
+        else:
+            self._hold()
+        if not self.held:
+            self.resume = [TokenPiece(self.name.rows, record.token)]
+
+    def on_malformed_change(self, record: MalformedChange) -> None:
+        """Dead-lettered like a change of the window (kept whole, named); one known to commit
+        at or after ``e`` is held for the next window like any other."""
+        if self._skipped(record.event_id):
+            pass
+        elif record.commit_timestamp is None or record.commit_timestamp < self.window.end:
+            self._take(record.event_id)
+            self.dead.append(DeadLetter(
+                self.position.partition_id, record.raw, f"{record.reason}: the record is kept here whole",
+                source_table=self.table, event_id=record.event_id))
+        else:
+            self._hold()
+        if not self.held and record.token:
+            self.resume = [TokenPiece(self.name.rows, record.token)]
+
+    def on_heartbeat(self, record: Heartbeat) -> None:
+        """Step 3: progress only; its token is where the next read starts, unless a record
+        was held."""
+        if not self.held:
+            self.resume = [record.token]
+
+    def on_close_stream(self, record: CloseStream) -> None:
+        """Step 4: the stream closed (:meth:`result` decides whether the partition ended)."""
+        self.closed = record
+
+    def _skipped(self, event_id: str | None) -> bool:
+        """Whether the previous window took this record already (its resume position's skip
+        set); once the resume token passes it, no later read meets it again."""
+        if event_id is None or event_id not in self.skip:
+            return False
+        if not self.held:
+            self.skip.discard(event_id)
+        return True
+
+    def _take(self, event_id: str | None) -> None:
+        """A record of the window; taken after a held one, it joins the next read's skip set."""
+        self.records += 1
+        if self.held and event_id is not None:
+            self.taken_after_hold.add(event_id)
+
+    def _hold(self) -> None:
+        self.held = True
+        self.counts["held_records"] += 1
+
+    def result(self) -> PartitionRead:
+        """The read: finished when the stream closed OUT_OF_RANGE with nothing held (its
+        children start from the close's tokens), else continuing from :attr:`resume`."""
+        closed, position, window = self.closed, self.position, self.window
+        if closed is not None and closed.code not in (0, OUT_OF_RANGE):
+            raise ChangeStreamReadError(
+                f"Bigtable closed partition {position.partition_id} with status {closed.code}: "
+                f"{closed.message}")
+        finished = closed is not None and closed.code == OUT_OF_RANGE and not self.held
+        children: tuple[ChildPartition, ...] = ()
+        if finished:
+            children = tuple(
+                ChildPartition(
+                    PartitionName(self.name.generation + 1, rows).partition_id,
+                    min(self.watermark, window.end),
+                    (position.partition_id,),
+                    handover=resume_text([t for t in closed.tokens if _within(t.rows, rows)]),
+                )
+                for rows in closed.new_partitions
             )
-            for rows_ in closed.new_partitions
+        # Held: the next read starts before the held record and must skip what this one took
+        # after it. An empty token list resumes from the start time, with the skip set.
+        kept_skip = self.skip | self.taken_after_hold
+        resume_position = resume_text(self.resume, kept_skip) if self.resume or kept_skip else None
+        outcome = PartitionOutcome(
+            partition_id=position.partition_id,
+            finished=finished,
+            watermark=self.watermark,
+            records=self.records,
+            resume_position=None if finished else resume_position,
+            children=children,
         )
-    # Held: the next read starts before the held record and must skip what this one took
-    # after it. An empty token list resumes from the start time, with the skip set.
-    kept_skip = skip | taken_after_hold
-    resume_position = resume_text(resume, kept_skip) if resume or kept_skip else None
-    outcome = PartitionOutcome(
-        partition_id=position.partition_id,
-        finished=finished,
-        watermark=watermark,
-        records=records,
-        resume_position=None if finished else resume_position,
-        children=children,
-    )
-    return PartitionRead(rows=tuple(rows), outcome=outcome, counts=counts,
-                         dead_letters=tuple(dead))
+        return PartitionRead(rows=tuple(self.rows), outcome=outcome, counts=self.counts,
+                             dead_letters=tuple(self.dead))
 
 
 def _within(piece: RowRange, child: RowRange) -> bool:

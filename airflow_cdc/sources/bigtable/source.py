@@ -45,6 +45,9 @@ class BigtableChangeStreamSource(ChangeSource):
     partitions_split = True
     airflow_hook = "airflow_cdc.hooks.bigtable:BigtableChangeStreamHook"
     summary_counts = ("mutations", "gc_mutations", "chunked", "held_records", "unconfirmed")
+    # Cells, not row images: the window's mutations go to the cells and latest tables
+    # (airflow_cdc.spark_jobs.sources.bigtable).
+    applies_own_changes = True
 
     def __init__(self, spec: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> None:
         super().__init__(spec, options)
@@ -254,10 +257,3 @@ class BigtableChangeStreamSource(ChangeSource):
     def lineage_inputs(self, resolved) -> list[tuple[str, str]]:
         project = self.connection.project or resolved.get("project") or "unknown-project"
         return [(f"bigtable://{project}/{self.connection.instance}", self.connection.table)]
-
-    # --- step 4 -------------------------------------------------------------------------------
-    def apply_window(self, spark, config, data: Mapping[str, Any], tables) -> list[dict]:
-        """The window's mutations into the ``cells`` and ``latest`` tables (:mod:`.apply`)."""
-        from airflow_cdc.sources.bigtable.apply import apply_window
-
-        return apply_window(spark, config, data, tables)

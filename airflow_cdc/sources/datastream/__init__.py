@@ -7,6 +7,10 @@
 * :mod:`.progress` decides how far the reader provably got (completeness evidence).
 * :mod:`.types` gives payload columns their types: declared per table, from the Avro
   schema, or from JSON values (exact decimals).
+* :mod:`.records` turns one event file's bytes (JSON lines or Avro) into change rows and dead
+  letters; :mod:`.readiness` decides when a window may be planned; :mod:`.source` is the
+  :class:`~airflow_cdc.sources.base.ChangeSource`. Its Spark side (the window's files read
+  in Spark tasks, repeats dropped) is ``airflow_cdc.spark_jobs.sources.datastream``.
 """
 
 SOURCE_KIND = "datastream"

@@ -334,52 +334,18 @@ def event_to_change_row(
     ``declared_types`` the pipeline's column types by table identifier
     (:func:`.types.declared_column_types`), ``schema_types`` those of the Avro file's schema.
     """
-    if not isinstance(event, dict):
-        raise MalformedEventError(f"event is a {type(event).__name__}, not an object")
-    uuid = event.get("uuid")
-    if not uuid:
-        raise MalformedEventError("event has no uuid: Datastream gives every event one")
-    payload = event.get("payload")
-    if not isinstance(payload, dict):
-        raise MalformedEventError(f"event {uuid} has no payload object")
-    meta = event.get("source_metadata")
-    if not isinstance(meta, dict):
-        raise MalformedEventError(f"event {uuid} has no source_metadata object")
+    uuid, payload, meta = _event_parts(event)
     kind = source_database(event.get("read_method", ""))
     table = source_table_name(event)
     table_types = (declared_types or {}).get(table)
     if table_types:  # values the source encodes otherwise than their declared type
         payload = declared_payload(table, payload, table_types)
     values = {k: normalize_value(v) for k, v in payload.items() if v is not None}
-    names, keyed_by = key_columns(event, kind, table_keys)
-    if keyed_by == ORACLE_ROW_ID_COLUMN:
-        if not meta.get("row_id"):
-            raise MalformedEventError(
-                f"Oracle event {uuid} of keyless table {event.get('object')!r} has no row_id"
-            )
-        values[ORACLE_ROW_ID_COLUMN] = str(meta["row_id"])
-    missing = [n for n in names if n not in values]
-    if missing and keyed_by == "declared":
-        raise MalformedEventError(
-            f"event {uuid} of table {table!r} (object "
-            f"{event.get('object')!r}) lacks its declared key column(s) {missing} (or they are "
-            f"null); its columns are {sorted(values)}: fix key_columns of the pipeline for "
-            f"this table"
-        )
-    if missing:
-        raise MalformedEventError(
-            f"event {uuid} of {event.get('object')!r}: payload lacks key column(s) {missing}"
-        )
+    names, keyed_by = _keyed_values(event, kind, table_keys, table, values)
     op = event_op(event)
-    metadata = {name: event.get(name) for name in GENERIC_FIELDS if name != "uuid"}
     read_ts = parse_event_time("read_timestamp", event.get("read_timestamp"))
     source_ts = parse_event_time("source_timestamp", event.get("source_timestamp"))
-    metadata["read_timestamp"] = _millis(read_ts)
-    metadata["source_timestamp"] = _millis(source_ts)
-    metadata["source_database"] = kind
-    metadata["keyed_by"] = keyed_by
-    # Avro records carry every field of their schema (None when unset), JSON only those set.
-    metadata["source_metadata"] = {k: normalize_value(v) for k, v in meta.items() if v is not None}
+    metadata = _event_metadata(event, meta, kind, keyed_by, read_ts, source_ts)
     return ChangeRow(
         stream=stream,
         window_id=window_id,
@@ -404,6 +370,62 @@ def event_to_change_row(
     )
 
 
+def _event_parts(event) -> tuple[object, dict, dict]:
+    """The event's uuid, payload and source_metadata, each required."""
+    if not isinstance(event, dict):
+        raise MalformedEventError(f"event is a {type(event).__name__}, not an object")
+    uuid = event.get("uuid")
+    if not uuid:
+        raise MalformedEventError("event has no uuid: Datastream gives every event one")
+    payload = event.get("payload")
+    if not isinstance(payload, dict):
+        raise MalformedEventError(f"event {uuid} has no payload object")
+    meta = event.get("source_metadata")
+    if not isinstance(meta, dict):
+        raise MalformedEventError(f"event {uuid} has no source_metadata object")
+    return uuid, payload, meta
+
+
+def _keyed_values(event: dict, kind: str, table_keys, table: str, values: dict) -> tuple[list, str]:
+    """The event's key columns and what keyed it (:func:`key_columns`); an Oracle row keyed by
+    its ROWID gets it among ``values``. Refused when a key column has no value."""
+    uuid = event.get("uuid")
+    names, keyed_by = key_columns(event, kind, table_keys)
+    if keyed_by == ORACLE_ROW_ID_COLUMN:
+        row_id = event["source_metadata"].get("row_id")
+        if not row_id:
+            raise MalformedEventError(
+                f"Oracle event {uuid} of keyless table {event.get('object')!r} has no row_id"
+            )
+        values[ORACLE_ROW_ID_COLUMN] = str(row_id)
+    missing = [n for n in names if n not in values]
+    if missing and keyed_by == "declared":
+        raise MalformedEventError(
+            f"event {uuid} of table {table!r} (object "
+            f"{event.get('object')!r}) lacks its declared key column(s) {missing} (or they are "
+            f"null); its columns are {sorted(values)}: fix key_columns of the pipeline for "
+            f"this table"
+        )
+    if missing:
+        raise MalformedEventError(
+            f"event {uuid} of {event.get('object')!r}: payload lacks key column(s) {missing}"
+        )
+    return names, keyed_by
+
+
+def _event_metadata(event: dict, meta: dict, kind: str, keyed_by: str, read_ts, source_ts) -> dict:
+    """The change row's source metadata: the event's generic fields, its times in
+    milliseconds, the source database, what keyed it, and its source_metadata."""
+    metadata = {name: event.get(name) for name in GENERIC_FIELDS if name != "uuid"}
+    metadata["read_timestamp"] = _millis(read_ts)
+    metadata["source_timestamp"] = _millis(source_ts)
+    metadata["source_database"] = kind
+    metadata["keyed_by"] = keyed_by
+    # Avro records carry every field of their schema (None when unset), JSON only those set.
+    metadata["source_metadata"] = {k: normalize_value(v) for k, v in meta.items() if v is not None}
+    return metadata
+
+
 # Column types by their items: the events of one table mostly have the same ones.
 _SHARED_TYPES: dict[tuple, dict[str, str]] = {}
 
@@ -412,9 +434,9 @@ def _shared_types(types: dict[str, str]) -> dict[str, str]:
     """``types``, or an equal dict an earlier event of the window got, so consecutive rows
     hold one object and the changelog writes its JSON text once for them
     (``model._shared_dumps``). A performance strategy, with :func:`normalize_value`'s plain
-    types and one parse of the event's times and table name per event. Saves, all four: 40-42
-    -> 30-32 µs of CPU per JSON line read into a changelog tuple (one process, 20,000 events
-    of ``bench/extract.py``'s files, medians of 7, paired)."""
+    types and one parse of the event's times and table name per event. Saves, all four: CPU
+    per JSON line read into a changelog tuple (``bench/extract.py --source datastream``,
+    docs/performance.md)."""
     key = tuple(types.items())
     shared = _SHARED_TYPES.get(key)
     if shared is None:

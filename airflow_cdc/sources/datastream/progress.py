@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from airflow_cdc.model import PartitionOutcome, parse_ts
+from airflow_cdc.sources.datastream import PROGRESS_PARTITION
+
 DEFAULT_ALLOWED_LATENESS = timedelta(minutes=5)
 
 
@@ -40,3 +43,24 @@ def idle_declared(
         and watermark < window_end
         and planned_at >= window_end + idle_timeout
     )
+
+
+def progress_outcome(plan, read: int, newest_ms: int | None) -> tuple[PartitionOutcome | None, bool]:
+    """The progress partition's outcome (newest read time minus the lateness, or the window
+    end when an idle source is declared complete) and whether it was declared idle."""
+    window, options = plan.window, plan.options
+    progress = next((p for p in plan.positions if p.partition_id == PROGRESS_PARTITION), None)
+    if progress is None:
+        return None, False
+    lateness = timedelta(seconds=float(options.get("allowed_lateness_seconds", 300)))
+    idle_timeout = options.get("idle_timeout_seconds")
+    newest = None if newest_ms is None else datetime.fromtimestamp(newest_ms / 1000, tz=window.start.tzinfo)
+    watermark = progress_watermark(progress.start, newest, lateness)
+    planned_at = parse_ts(options["planned_at"]) if options.get("planned_at") else window.start
+    idle = idle_declared(
+        read, watermark, window.end, planned_at,
+        None if idle_timeout is None else timedelta(seconds=float(idle_timeout)),
+    )
+    if idle:
+        watermark = max(watermark, window.end)
+    return PartitionOutcome(PROGRESS_PARTITION, finished=False, watermark=watermark), idle

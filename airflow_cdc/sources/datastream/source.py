@@ -5,8 +5,9 @@ Every settled event file not consumed yet becomes a partition of the window that
 watermark, the newest read time minus the allowed lateness, is the completeness evidence
 (:mod:`.progress`). That evidence exists ``allowed_lateness + settle_seconds`` after a window's
 end at the earliest, so planning waits for it (:meth:`DatastreamSource.readiness`,
-:mod:`.readiness`). Spark reads a window's files natively (:mod:`.extract`); events delivered
-twice are dropped against the changelog (:meth:`DatastreamSource.drop_repeats`).
+:mod:`.readiness`). Spark reads a window's files whole (the source's Spark side,
+``airflow_cdc.spark_jobs.sources.datastream``, each file's events by :mod:`.records`); events
+delivered twice are dropped against the changelog there.
 
 The spec: ``prefix`` (``gs://bucket/path`` or a local folder), optional ``key_columns`` and
 ``column_types`` per table, and ``settings`` (not part of the stream's fingerprint):
@@ -22,7 +23,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from airflow_cdc.model import PartitionPosition, Readiness, Window
-from airflow_cdc.sources.base import ChangeSource, Discovery, WindowRead
+from airflow_cdc.sources.base import ChangeSource, Discovery
 from airflow_cdc.sources.datastream import PROGRESS_PARTITION, SOURCE_KIND
 from airflow_cdc.sources.datastream.keys import SOURCE_PRIMARY_KEYS_OPTION, declared_key_columns
 from airflow_cdc.sources.datastream.progress import DEFAULT_ALLOWED_LATENESS
@@ -50,6 +51,7 @@ class DatastreamSource(ChangeSource):
     airflow_hook = "airflow_cdc.hooks.datastream:DatastreamSourceHook"
     summary_counts = ("events", "duplicates", "dead_letters", "files", "idle_declared",
                       "rowid_keyed_tables")
+    reads_whole_windows = True
 
     def __init__(self, spec: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> None:
         super().__init__(spec, options)
@@ -140,16 +142,6 @@ class DatastreamSource(ChangeSource):
         }
 
     # --- step 2 -------------------------------------------------------------------------------
-    def read_window(self, spark, plan) -> WindowRead:
-        from airflow_cdc.sources.datastream.extract import read_window
-
-        return read_window(spark, plan)
-
-    def drop_repeats(self, spark, plan, frame):
-        from airflow_cdc.sources.datastream.extract import drop_seen_events
-
-        return drop_seen_events(spark, plan.changelog_table, plan.window.stream_id, frame)
-
     def window_counts(self, counts: dict, changes: int) -> dict:
         return {**counts, "changes": changes, "duplicates": counts.get("events", 0) - changes}
 

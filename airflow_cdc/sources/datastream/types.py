@@ -318,6 +318,8 @@ class AvroPayload:
         return _is_primitive(types["date"], "int", "date") and _is_primitive(types["time"], "long", "time-micros")
 
     def _type(self, schema: object) -> tuple[str, Convert | None]:
+        """The canonical type of an Avro ``schema`` and the conversion its decoded values
+        need (None: none)."""
         schema = self._resolve(schema)
         if isinstance(schema, list):
             branches = [b for b in schema if b != "null"]
@@ -335,20 +337,15 @@ class AvroPayload:
                 return str(decimal_type(int(schema.get("precision", 0)), int(schema.get("scale", 0)))), None
             except (UnsupportedColumnTypeError, TypeError, ValueError):
                 return "STRING", None  # wider than any Iceberg decimal: the exact text
-        if logical == "date" and kind == "int":
-            return "DATE", None
-        if logical in ("timestamp-millis", "timestamp-micros") and kind == "long":
-            return "TIMESTAMP", None
-        if logical in ("local-timestamp-millis", "local-timestamp-micros") and kind == "long":
-            return "DATETIME", None
-        if logical == "timestamp-nanos" and kind == "long":  # fastavro leaves nanos as int
-            return "TIMESTAMP", _nanos_instant
-        if logical == "local-timestamp-nanos" and kind == "long":
-            return "DATETIME", _nanos_wall_clock
-        if logical in ("time-millis", "time-micros") and kind in ("int", "long"):
-            return "STRING", _time_text
+        if isinstance(logical, str) and isinstance(kind, str) and (logical, kind) in _LOGICAL_TYPES:
+            return _LOGICAL_TYPES[(logical, kind)]
         if kind == "record" and (logical == "datetime" or self._is_datetime_shape(schema)):
             return "DATETIME", _datetime_record
+        return self._complex_type(kind, schema)
+
+    def _complex_type(self, kind: object, schema: dict) -> tuple[str, Convert | None]:
+        """Records, maps and arrays (JSON, or arrays of a canonical type) with their elements'
+        conversions; enums, fixed, and a type given by name or nested."""
         if kind in ("record", "error"):
             decoders = {f.get("name"): self._type(f.get("type"))[1] for f in _fields(schema)}
             decoders = {name: decode for name, decode in decoders.items() if decode is not None}
@@ -518,3 +515,17 @@ def payload_column_types(
         name: declared.get(name) or schema_types.get(name) or json_value_type(value)
         for name, value in sorted(values.items())
     }
+
+
+# (logical type, Avro type) -> the canonical type and the conversion its values need.
+_LOGICAL_TYPES: dict[tuple, tuple[str, Convert | None]] = {
+    ("date", "int"): ("DATE", None),
+    ("timestamp-millis", "long"): ("TIMESTAMP", None),
+    ("timestamp-micros", "long"): ("TIMESTAMP", None),
+    ("local-timestamp-millis", "long"): ("DATETIME", None),
+    ("local-timestamp-micros", "long"): ("DATETIME", None),
+    ("timestamp-nanos", "long"): ("TIMESTAMP", _nanos_instant),  # fastavro leaves nanos as int
+    ("local-timestamp-nanos", "long"): ("DATETIME", _nanos_wall_clock),
+    **{(logical, kind): ("STRING", _time_text)
+       for logical in ("time-millis", "time-micros") for kind in ("int", "long")},
+}

@@ -55,28 +55,36 @@ def write_json_events(path: str | Path, events: list[dict], extra_lines: list[st
     return target
 
 
+def _decimal_type(values: list) -> dict:
+    scale = max(max(0, -v.as_tuple().exponent) for v in values)
+    return {"type": "bytes", "logicalType": "decimal", "precision": 38, "scale": scale}
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+# (what every present value is, its Avro type or a function of the values), first match wins.
+_AVRO_TYPES = (
+    (lambda v: isinstance(v, bool), "boolean"),
+    (lambda v: isinstance(v, int) and not isinstance(v, bool), "long"),
+    (lambda v: isinstance(v, Decimal), _decimal_type),
+    (_number, "double"),
+    (lambda v: isinstance(v, datetime) and v.tzinfo is not None, {"type": "long", "logicalType": "timestamp-micros"}),
+    (lambda v: isinstance(v, datetime) and v.tzinfo is None, {"type": "long", "logicalType": "local-timestamp-micros"}),
+    (lambda v: isinstance(v, date) and not isinstance(v, datetime), {"type": "int", "logicalType": "date"}),
+    (lambda v: isinstance(v, list), {"type": "array", "items": "string"}),
+)
+
+
 def _avro_type(values: list[object]) -> object:
+    """The nullable Avro type of a column holding ``values``: the first of :data:`_AVRO_TYPES`
+    every present value is, else string."""
     present = [v for v in values if v is not None]
-    if present and all(isinstance(v, bool) for v in present):
-        kind: object = "boolean"
-    elif present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
-        kind = "long"
-    elif present and all(isinstance(v, Decimal) for v in present):
-        scale = max(max(0, -v.as_tuple().exponent) for v in present)
-        kind = {"type": "bytes", "logicalType": "decimal", "precision": 38, "scale": scale}
-    elif present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
-        kind = "double"
-    elif present and all(isinstance(v, datetime) and v.tzinfo is not None for v in present):
-        kind = {"type": "long", "logicalType": "timestamp-micros"}
-    elif present and all(isinstance(v, datetime) and v.tzinfo is None for v in present):
-        kind = {"type": "long", "logicalType": "local-timestamp-micros"}
-    elif present and all(isinstance(v, date) and not isinstance(v, datetime) for v in present):
-        kind = {"type": "int", "logicalType": "date"}
-    elif present and all(isinstance(v, list) for v in present):
-        kind = {"type": "array", "items": "string"}
-    else:
-        kind = "string"
-    return ["null", kind]
+    for every, kind in _AVRO_TYPES if present else ():
+        if all(every(v) for v in present):
+            return ["null", kind(present) if callable(kind) else kind]
+    return ["null", "string"]
 
 
 def _record(name: str, rows: list[dict]) -> dict:

@@ -1,6 +1,6 @@
 """The errors of the Debezium source: each names the event, the value and the fix.
 
-They live apart from :mod:`.envelope` and :mod:`.types` so that both raise them without
+They live apart from :mod:`.records` and :mod:`.types` so that both raise them without
 importing each other. Every line error (:class:`MalformedEventError` and its kinds) sends the
 line it concerns to the dead-letter table (with its message as the reason): the source never
 drops a line silently. :class:`IncompleteTransactionError` fails the window instead.

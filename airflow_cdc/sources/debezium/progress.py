@@ -50,7 +50,7 @@ this window or an earlier one (the heartbeat evidence), and applied once the win
 
 Summed counts cannot hold a table's entry, so the read path hands the rows as flat numbers
 (:func:`table_rows_count`), the driver reads the notifications once per window
-(:meth:`.source.DebeziumSource.check_window`), and :meth:`.source.DebeziumSource.window_counts`
+(:meth:`.source.DebeziumSource.window_progress_counts`), and :meth:`.source.DebeziumSource.window_counts`
 joins both (:func:`join_window_counts`). Readers of the stream (``airflow-cdc status``, the
 snapshot sensor) fold the windows in order (:func:`stream_snapshot_state`,
 :func:`table_completion`).
@@ -65,7 +65,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
 from airflow_cdc.model import format_ts
-from airflow_cdc.sources.debezium.envelope import decode_value
+from airflow_cdc.sources.debezium.records import decode_value
 from airflow_cdc.sources.debezium.errors import MalformedEventError
 
 INCREMENTAL_SNAPSHOT = "Incremental Snapshot"
@@ -328,7 +328,7 @@ def table_rows_count(table: str) -> str:
 
 def join_window_counts(counts: Mapping) -> dict:
     """The window's counts with its per-table rows (flat numbers from the reads) joined to the
-    notifications' entries (from :meth:`.source.DebeziumSource.check_window`)."""
+    notifications' entries (from :meth:`.source.DebeziumSource.window_progress_counts`)."""
     joined, rows = {}, {}
     prefix = ROWS_COUNT + "["
     for name, value in counts.items():

@@ -12,8 +12,8 @@ files (``topics/<topic>/partition=<p>/<topic>+<p>+<startOffset>.json[.gz]``) as 
   rotation interval, so everything before ``H - flush_lateness`` is in files. A window
   ``[s, e)`` is planned once a heartbeat at or after ``e + flush_lateness`` is in a file.
 * **Delivery is at least once**: a connector restart sends changes again with new offsets;
-  their event ids (:func:`.envelope.event_id`) do not depend on offsets, so the changelog
-  drops them (:meth:`DebeziumSource.drop_repeats`).
+  their event ids (:func:`.records.event_id`) do not depend on offsets, so the changelog
+  drops them (the source's Spark side, ``airflow_cdc.spark_jobs.sources.debezium``).
 * **A parallel snapshot** (``spark_jobs/snapshot.py``) stages batches of READ rows under
   ``<prefix>/snapshots/``; each snapshot is one more partition, ``snapshot:<id>``, whose
   whole batches a window plans by folder and reads natively (:mod:`.staged`).
@@ -46,7 +46,7 @@ from typing import Any
 from airflow_cdc.model import PartitionOutcome, PartitionPosition, Readiness, Window, format_ts
 from airflow_cdc.sources.base import ChangeSource, DeadLetter, Discovery, PartitionRead
 from airflow_cdc.sources.read_errors import planned_files_missing
-from airflow_cdc.sources.debezium.envelope import (
+from airflow_cdc.sources.debezium.records import (
     DEFAULT_PLACEHOLDER,
     HEARTBEAT_TOPIC_PREFIX,
     TRANSACTION_TOPIC_SUFFIX,
@@ -78,6 +78,7 @@ from airflow_cdc.sources.debezium.progress import (
     parse_notification,
     table_rows_count,
 )
+from airflow_cdc.sources.debezium.readiness import heartbeat_readiness, newest_heartbeat
 from airflow_cdc.sources.debezium.signals import parse_table_name
 from airflow_cdc.sources.debezium.staged import (
     BATCH_MARKER,
@@ -212,27 +213,12 @@ class DebeziumSource(ChangeSource):
         return self.flush_lateness
 
     def readiness(self, window: Window, now: datetime, known: Sequence, hook: Any) -> Readiness:
-        """A heartbeat at or after ``e + flush_lateness`` is in the sink's files."""
-        due = window.end + self.flush_lateness
-        if now < due:
-            return Readiness(False, f"no heartbeat can prove {format_ts(window.end)} before "
-                                    f"{format_ts(due)}", retry_at=due)
-        lister, reader = self._access(hook)
-        newest = self._newest_heartbeat(self._listing(lister), reader)
-        if newest is not None and newest >= due:
-            return Readiness(True, f"heartbeat at {format_ts(newest)} in the sink")
-        seen = format_ts(newest) if newest else "none yet"
-        return Readiness(False, f"topic-partition {self.heartbeat_partition} holds the evidence "
-                                f"back: newest heartbeat {seen}, needed {format_ts(due)} (check "
-                                f"heartbeat.interval.ms and the sink's rotation)")
+        """A heartbeat at or after ``e + flush_lateness`` is in the sink's files (:mod:`.readiness`)."""
+        def newest() -> datetime | None:
+            lister, reader = self._access(hook)
+            return newest_heartbeat(self._listing(lister), reader, self.heartbeat_partition)
 
-    def _newest_heartbeat(self, listing: SinkListing, reader) -> datetime | None:
-        topic, part = parse_partition_id(self.heartbeat_partition)
-        for sink_file in reversed(listing.of(topic, part)):
-            times = [beat.at for beat in _heartbeats(read_sink_file(reader, sink_file))]
-            if times:
-                return max(times)
-        return None
+        return heartbeat_readiness(window, now, self.flush_lateness, self.heartbeat_partition, newest)
 
     # --- step 1 -------------------------------------------------------------------------------
     def initial_positions(self, window: Window) -> list[PartitionPosition]:
@@ -279,7 +265,7 @@ class DebeziumSource(ChangeSource):
             topic, part = parse_partition_id(position.partition_id)
             chosen = files_from(listing, topic, part, int(position.resume_position or 0)).files
             files[position.partition_id] = [self._relative(f) for f in chosen]
-        newest = self._newest_heartbeat(listing, reader)
+        newest = newest_heartbeat(listing, reader, self.heartbeat_partition)
         return {FILES_OPTION: files,
                 EVIDENCE_OPTION: format_ts(newest - self.flush_lateness) if newest else None,
                 **({SNAPSHOTS_DONE_OPTION: done} if done else {})}
@@ -398,7 +384,7 @@ class DebeziumSource(ChangeSource):
 
     def _read_staged(self, window: Window, position: PartitionPosition) -> PartitionRead:
         """A snapshot partition's outcome: the batches the plan took (their rows are read
-        natively, :meth:`native_rows`); it never holds the window back, and it finishes with
+        natively, :meth:`staged_batch_folders`); it never holds the window back, and it finishes with
         the window that takes the last batch of a complete snapshot."""
         import json
 
@@ -413,26 +399,16 @@ class DebeziumSource(ChangeSource):
         return PartitionRead(rows=(), outcome=outcome, dead_letters=(),
                              counts={"snapshot_batches": len(batches), "snapshot_rows": rows})
 
-    def native_rows(self, spark, plan):
-        """The staged batches the plan took, read as Parquet, with the window's id."""
-        from pyspark.sql import functions as F
-
+    def staged_batch_folders(self, plan) -> list[str]:
+        """The folders of the staged snapshot batches the plan took (their rows are read
+        natively by the source's Spark side, ``airflow_cdc.spark_jobs.sources.debezium``)."""
         folders = [f"{self.prefix.rstrip('/')}/{b}" for p in plan.positions
                    if snapshot_of(p.partition_id) is not None for b in self._planned_batches(p)]
-        if not folders:
-            return None
-        if "://" in self.prefix:
+        if folders and "://" in self.prefix:
             raise NotImplementedError(
                 f"staged snapshot batches under {self.prefix!r}: the parallel snapshot stages "
                 f"on a local or shared file system path only so far; give the sink a path")
-        frame = spark.read.parquet(*folders)
-        return frame.withColumn("window_id", F.lit(plan.window.window_id)).withColumn(
-            "stream", F.lit(plan.window.stream_id))
-
-    def drop_repeats(self, spark, plan, frame):
-        from airflow_cdc.sources.base import drop_seen_event_ids
-
-        return drop_seen_event_ids(spark, plan.changelog_table, plan.window.stream_id, frame)
+        return folders
 
     def window_counts(self, counts: dict, changes: int) -> dict:
         """The counts, with each table's incremental-snapshot rows joined to its progress
@@ -440,15 +416,10 @@ class DebeziumSource(ChangeSource):
         read = counts.get("events", 0) + counts.get("snapshot_rows", 0)
         return {**join_window_counts(counts), "changes": changes, "duplicates": read - changes}
 
-    def check_window(self, spark, plan, frame) -> dict:
-        """Transaction metadata: every transaction whose END this window read, committed
-        before the window end, holds its END's count of events per table (``transactions``).
-        And the incremental snapshots' progress the window's notifications tell."""
-        from airflow_cdc.sources.debezium.transactions import check_transactions
-
-        checked = check_transactions(self, spark, plan, frame)
-        progress = WindowSnapshotProgress.of_notifications(self.window_notifications(plan))
-        return {**checked, **progress.to_counts()}
+    def window_progress_counts(self, plan) -> dict:
+        """The incremental snapshots' progress the window's notifications tell, as counts for
+        the window's summary (:class:`.progress.WindowSnapshotProgress`)."""
+        return WindowSnapshotProgress.of_notifications(self.window_notifications(plan)).to_counts()
 
     def window_notifications(self, plan) -> list[Notification]:
         """The notifications the window reads (the plan's files of the notification topic, up
@@ -478,18 +449,6 @@ class DebeziumSource(ChangeSource):
             bucket, _, path = self.prefix[len("gs://"):].partition("/")
             return [(f"gs://{bucket}", path or "/")]
         return [("file", self.prefix)]
-
-
-def _heartbeats(lines):
-    """The heartbeats among (offset, line) pairs of a heartbeat file. A line that is not one
-    is no evidence; the extract sends it to the dead-letter table with the reason."""
-    for _, line in lines:
-        try:
-            event = parse_line(line)
-        except MalformedEventError:
-            continue
-        if isinstance(event, Heartbeat):
-            yield event
 
 
 def _notification_at_or_after(line: str, end_ms: int) -> bool:

@@ -12,7 +12,7 @@ sink's ``snapshots/`` folder::
 To the window protocol a snapshot is one more partition of the stream, ``snapshot:<id>``,
 whose resume position is its next batch number: a window plans the whole batches staged when
 it is planned (their folders are recorded in the plan, so a re-run reads the same ones), the
-extract reads them natively (:meth:`.source.DebeziumSource.native_rows`) into the window's
+extract reads them natively (:meth:`.source.DebeziumSource.staged_batch_folders`) into the window's
 changelog commit, and the partition finishes with the window that takes the last batch after
 ``_COMPLETE.json`` exists. The partition never holds a window back: its watermark is the
 window's end (a batch is whole or absent), so a snapshot runs beside the stream for hours

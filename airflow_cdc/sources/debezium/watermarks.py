@@ -49,7 +49,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from airflow_cdc.model import CdcError, value_text
-from airflow_cdc.sources.debezium.envelope import ChangeEvent, LogicalMessage, change_of, parse_line
+from airflow_cdc.sources.debezium.records import ChangeEvent, LogicalMessage, change_of, parse_line
 from airflow_cdc.sources.debezium.errors import MalformedEventError
 from airflow_cdc.sources.debezium.layout import SinkFile, SinkListing, read_sink_file
 from airflow_cdc.sources.debezium.ordering import SourcePosition, source_position
@@ -222,7 +222,7 @@ def listed_paths(listing: SinkListing) -> set[str]:
 
 
 def _parse_with_content(line: str, topic: str):
-    """:func:`.envelope.parse_line`, keeping a logical message's decoded content (in the
+    """:func:`.records.parse_line`, keeping a logical message's decoded content (in the
     source mapping under a private name, as the envelope's message type has no place for
     it)."""
     event = parse_line(line, topic)

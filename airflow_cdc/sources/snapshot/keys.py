@@ -102,8 +102,16 @@ def discover_key_columns(connection, dialect: Dialect, table: str, *, schema: st
     if schema is None:
         schema = current_schema(connection, dialect)
 
-    # Validated identifiers hold only [A-Za-z0-9_]: plain quoted text is safe here and needs no
-    # driver paramstyle.
+    columns = _table_columns(connection, dialect, schema, table)
+    if key_columns is None:
+        key_columns = _primary_key(connection, schema, table)
+    return tuple(_key_column(dialect, schema, table, name, columns) for name in key_columns)
+
+
+# Validated identifiers hold only [A-Za-z0-9_]: plain quoted text is safe in the queries below
+# and needs no driver paramstyle.
+def _table_columns(connection, dialect: Dialect, schema: str, table: str) -> dict:
+    """Step 2: the table's columns, name -> (data type, nullable, charset, collation)."""
     where = f"table_schema = '{schema}' AND table_name = '{table}'"
     columns = {
         name: (data_type, nullable == "YES", charset, collation)
@@ -119,60 +127,62 @@ def discover_key_columns(connection, dialect: Dialect, table: str, *, schema: st
             f"the schema and table names (as stored: PostgreSQL folds unquoted names to lower "
             f"case) and the connection's privileges"
         )
+    return columns
 
-    if key_columns is None:
-        key_columns = [
-            name
-            for (name,) in fetch_all(
-                connection,
-                "SELECT kcu.column_name FROM information_schema.table_constraints tc "
-                "JOIN information_schema.key_column_usage kcu "
-                "ON kcu.constraint_schema = tc.constraint_schema "
-                "AND kcu.constraint_name = tc.constraint_name "
-                "AND kcu.table_schema = tc.table_schema AND kcu.table_name = tc.table_name "
-                f"WHERE tc.constraint_type = 'PRIMARY KEY' AND tc.table_schema = '{schema}' "
-                f"AND tc.table_name = '{table}' "
-                "ORDER BY kcu.ordinal_position",
-            )
-        ]
-        if not key_columns:
-            raise NoUsableKeyError(
-                f"table {schema}.{table} has no primary key: pass key_columns= naming unique "
-                f"NOT NULL columns to chunk it by, e.g. key_columns=['id']"
-            )
 
-    found = []
-    for name in key_columns:
-        if name not in columns:
-            raise NoUsableKeyError(
-                f"key column {name!r} is not a column of {schema}.{table}: name columns of "
-                f"{sorted(columns)} in key_columns="
-            )
-        data_type, nullable, charset, collation = columns[name]
-        if nullable:
-            raise NoUsableKeyError(
-                f"key column {name!r} of {schema}.{table} allows NULL, and rows with a NULL key "
-                f"would be in no chunk: name NOT NULL columns in key_columns= (or make it NOT NULL)"
-            )
-        kind = dialect.key_kind(data_type)
-        if kind is None:
-            raise UnsupportedKeyTypeError(
-                f"key column {name!r} of {schema}.{table} has type {data_type!r}, which cannot "
-                f"key snapshot chunks (no exact literal or ordering): pass key_columns= naming "
-                f"unique NOT NULL columns of integer, decimal, text, date, timestamp, boolean "
-                f"or (PostgreSQL) uuid type"
-            )
-        keep_collation = dialect.name == "mariadb" and kind == TEXT
-        found.append(
-            KeyColumn(
-                name,
-                kind,
-                data_type,
-                charset if keep_collation else None,
-                collation if keep_collation else None,
-            )
+def _primary_key(connection, schema: str, table: str) -> list[str]:
+    """Step 3 without ``key_columns``: the primary key's columns in key order."""
+    key_columns = [
+        name
+        for (name,) in fetch_all(
+            connection,
+            "SELECT kcu.column_name FROM information_schema.table_constraints tc "
+            "JOIN information_schema.key_column_usage kcu "
+            "ON kcu.constraint_schema = tc.constraint_schema "
+            "AND kcu.constraint_name = tc.constraint_name "
+            "AND kcu.table_schema = tc.table_schema AND kcu.table_name = tc.table_name "
+            f"WHERE tc.constraint_type = 'PRIMARY KEY' AND tc.table_schema = '{schema}' "
+            f"AND tc.table_name = '{table}' "
+            "ORDER BY kcu.ordinal_position",
         )
-    return tuple(found)
+    ]
+    if not key_columns:
+        raise NoUsableKeyError(
+            f"table {schema}.{table} has no primary key: pass key_columns= naming unique "
+            f"NOT NULL columns to chunk it by, e.g. key_columns=['id']"
+        )
+    return key_columns
+
+
+def _key_column(dialect: Dialect, schema: str, table: str, name: str, columns: dict) -> KeyColumn:
+    """Steps 3-4 for one key column: it exists, is NOT NULL, and its type has an exact literal."""
+    if name not in columns:
+        raise NoUsableKeyError(
+            f"key column {name!r} is not a column of {schema}.{table}: name columns of "
+            f"{sorted(columns)} in key_columns="
+        )
+    data_type, nullable, charset, collation = columns[name]
+    if nullable:
+        raise NoUsableKeyError(
+            f"key column {name!r} of {schema}.{table} allows NULL, and rows with a NULL key "
+            f"would be in no chunk: name NOT NULL columns in key_columns= (or make it NOT NULL)"
+        )
+    kind = dialect.key_kind(data_type)
+    if kind is None:
+        raise UnsupportedKeyTypeError(
+            f"key column {name!r} of {schema}.{table} has type {data_type!r}, which cannot "
+            f"key snapshot chunks (no exact literal or ordering): pass key_columns= naming "
+            f"unique NOT NULL columns of integer, decimal, text, date, timestamp, boolean "
+            f"or (PostgreSQL) uuid type"
+        )
+    keep_collation = dialect.name == "mariadb" and kind == TEXT
+    return KeyColumn(
+        name,
+        kind,
+        data_type,
+        charset if keep_collation else None,
+        collation if keep_collation else None,
+    )
 
 
 def fetch_all(connection, sql: str) -> list[tuple]:

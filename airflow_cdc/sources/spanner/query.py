@@ -33,7 +33,7 @@ def validate_query_settings(dialect: str, stream_name: str, heartbeat_millisecon
 
     Needs no client library: a source checks its settings with it when it is made (on the
     driver too, which never reads), where :func:`build_query`'s import of the client's
-    parameter types cost the extract job's driver about 1.5 s before its read workers started.
+    parameter types would delay the extract job's driver before its read workers start.
     """
     validate_identifier("change stream name", stream_name)
     if dialect not in DIALECTS:

@@ -140,11 +140,10 @@ def parse_protobuf_row(row: list, results, dialect: str) -> list[Record]:
     A performance strategy. GoogleSQL's ChangeRecord column goes from protobuf values
     straight to the dicts :func:`_named` makes of the client's values (:func:`_protobuf_decoder`:
     one walk instead of the client's decode and then ours; JSON text parsed once, not into a
-    JsonObject first). Saves: four partitions, 25,056 changes of ``bench/extract.py``'s stream,
-    read, mapped and pickled in 4.0 s instead of 5.3 s (one process, the emulator's server in
-    it; the raw client's read alone 2.8 s). Any other row
-    (PostgreSQL's JSONB, a ChangeRecord type holding a type the walk does not know) is decoded
-    by the client (``decode_row``) and parsed as before, with the same result.
+    JsonObject first). Saves: the client's decode of every value before ours
+    (``bench/extract.py``, docs/performance.md). Any other row (PostgreSQL's JSONB, a
+    ChangeRecord type holding a type the walk does not know) is decoded by the client
+    (``decode_row``) and parsed by :func:`parse_result_row`, with the same result.
     """
     from airflow_cdc.sources.spanner.query import GOOGLE_SQL
 
@@ -410,9 +409,8 @@ def _plain_json(value):
 def _json_object_value(value, serialize):
     """A JsonObject's plain value, taken from the object the client parsed rather than written
     and parsed again (a performance strategy: no ``json.dumps`` and ``json.loads`` of every
-    JSON value; with the changelog's shared texts, ``model._shared_dumps``, a partition of
-    12,528 changes of ``bench/extract.py``'s stream was read and mapped in 4.1 s instead of
-    4.9, the median of four runs each). A JsonObject is a null, an array, a scalar or a dict of values the
+    JSON value; with the changelog's shared texts, ``model._shared_dumps``;
+    ``bench/extract.py``, docs/performance.md). A JsonObject is a null, an array, a scalar or a dict of values the
     client's ``json.loads`` made (plain values all the way down); a client without these
     attributes is read through text."""
     try:
@@ -559,9 +557,8 @@ def _compile_decoder(spanner_type):
 # A performance strategy: a data change record's ``column_types`` value is decoded once for
 # every record whose value has the same bytes (most records of a table, in a partition), and
 # the record parser builds its ColumnTypes once for it (:func:`_column_types`), and the change
-# rows their type names (``ColumnTypes.row_types``). Saves: four partitions of
-# ``bench/extract.py``'s stream (8,004 records, 25,056 changes) read, decoded and turned into
-# changelog tuples in 1.66 s of CPU instead of 2.0 s (the emulator's server in another process).
+# rows their type names (``ColumnTypes.row_types``). Saves: decoding the same column types
+# once per record (``bench/extract.py``, docs/performance.md).
 
 _SHARED_COLUMNS_LIMIT = 256  # distinct column types values remembered per decoder
 

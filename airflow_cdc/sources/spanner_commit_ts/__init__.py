@@ -11,9 +11,14 @@ none after, so the window is complete once ``e`` is past; no watermark needs wai
   warnings).
 * :mod:`.sql`: the window query ``WHERE col >= @s AND col < @e`` (the form Spanner optimizes)
   and the key query of the reconciliation, in both dialects, identifiers quoted.
-* :mod:`.rows`: result rows -> change rows (ordering per key: commit timestamp, then key).
-* :mod:`.extract`: the window on Spark: one batch snapshot at ``e``, split by Spanner's
-  partitioned query into Spark tasks; soft deletes; key reconciliation; re-seeds.
+* :mod:`.records`: result rows -> change rows (ordering per key: commit timestamp, then key).
+* :mod:`.types`: the tables' column types in canonical names.
+* :mod:`.readiness`: when a window may be read (its end past by the safety margin, the
+  schema and retention checks).
+* :mod:`.reads`: which reads a window makes at which instants (re-seeds, the key
+  reconciliation) and the retention rule. The reads run on Spark, in the source's Spark side
+  (``airflow_cdc.spark_jobs.sources.spanner_commit_ts``: one batch snapshot at ``e``, split
+  by Spanner's partitioned query into Spark tasks).
 * :mod:`.source`: the class behind the seam.
 """
 

@@ -34,13 +34,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_cdc.sources.column_types import UnsupportedColumnTypeError
 from airflow_cdc.sources.spanner.query import GOOGLE_SQL, POSTGRESQL
 from airflow_cdc.sources.spanner_commit_ts.errors import CommitTimestampSchemaError
+from airflow_cdc.sources.spanner_commit_ts.types import PG_COMMIT_TIMESTAMP, canonical_column_type
 
 PLAIN, CHANGELOG, AUTO = "plain", "changelog", "auto"
 TABLE_KINDS = (PLAIN, CHANGELOG, AUTO)
-PG_COMMIT_TIMESTAMP = "spanner.commit_timestamp"
 
 _QUERIES = {
     GOOGLE_SQL: {
@@ -227,19 +226,6 @@ def schema_from_rows(columns: Iterable, options: Iterable, indexes: Iterable, ta
     return schema
 
 
-def canonical_column_type(spanner_type: str) -> str:
-    """A column's canonical type; a type apply cannot type (STRUCT, PROTO) keeps its own text,
-    which apply refuses with the reason (dead-lettering that table's rows)."""
-    from airflow_cdc.sources.spanner.types import canonical_type
-
-    if spanner_type.strip().lower() == PG_COMMIT_TIMESTAMP:
-        return "TIMESTAMP"
-    try:
-        return str(canonical_type(spanner_type))
-    except UnsupportedColumnTypeError:
-        return spanner_type
-
-
 def plan_tables(
     schema: Mapping[str, TableInfo],
     tables: Mapping[str, TableConfig],
@@ -252,88 +238,119 @@ def plan_tables(
 
     Raises :class:`CommitTimestampSchemaError` listing every problem found, each with its fix.
     """
-    problems: list[str] = []
-    warnings: list[str] = []
+    found = _Findings(database, dialect, trust_application_timestamps)
     plans: dict[str, TablePlan] = {}
     for name, config in tables.items():
+        plan = found.plan(schema, name, config)
+        if plan is not None:
+            plans[name] = plan
+    if found.problems:
+        raise CommitTimestampSchemaError(
+            f"the tables of database {database!r} cannot be read by commit timestamp: "
+            + "; ".join(found.problems)
+        )
+    return plans, found.warnings
+
+
+class _Findings:
+    """The problems (each refusing the tables) and warnings of :func:`plan_tables`, table by
+    table, in the order its checks find them."""
+
+    def __init__(self, database: str, dialect: str, trust_application_timestamps: bool) -> None:
+        self.database, self.dialect, self.trust = database, dialect, trust_application_timestamps
+        self.problems: list[str] = []
+        self.warnings: list[str] = []
+
+    def plan(self, schema: Mapping[str, TableInfo], name: str, config: TableConfig) -> TablePlan | None:
+        """The plan of table ``name``, or None when a problem stops its checks."""
         info = _find_table(schema, name)
         if info is None:
-            problems.append(
-                f"table {name!r} is not in database {database!r} (its tables: "
+            self.problems.append(
+                f"table {name!r} is not in database {self.database!r} (its tables: "
                 f"{', '.join(sorted(schema)) or 'none'}): fix the name in tables="
             )
-            continue
-        column = info.column(config.column)
+            return None
+        column = self._commit_column(info, name, config)
         if column is None:
-            problems.append(
-                f"table {info.name!r} has no column {config.column!r} (its columns: "
-                f"{', '.join(c.name for c in info.columns)}): name its commit-timestamp column "
-                f"in tables="
-            )
-            continue
-        if canonical_column_type(column.spanner_type) != "TIMESTAMP":
-            problems.append(
-                f"column {info.name}.{column.name} is {column.spanner_type}, not a TIMESTAMP: "
-                f"name the table's commit-timestamp column in tables="
-            )
-            continue
-        if not column.commit_timestamp:
-            fix = _commit_timestamp_fix(info.name, column.name, dialect)
-            if trust_application_timestamps:
-                warnings.append(
-                    f"column {info.name}.{column.name} is not a commit-timestamp column; read "
-                    f"by its values because trust_application_timestamps=True (unsafe: a value "
-                    f"the application writes late, or in the past, lands in a window already "
-                    f"read and is never picked up). To make it safe: {fix}"
-                )
-            else:
-                problems.append(
-                    f"column {info.name}.{column.name} is a TIMESTAMP without "
-                    f"allow_commit_timestamp=true, so its values are whatever the application "
-                    f"wrote and a window read by them can miss rows written late. Fix: {fix}; "
-                    f"or, knowing the risk, pass trust_application_timestamps=True"
-                )
-        if column.nullable:
-            if config.skip_null_rows or (trust_application_timestamps
-                                         and not column.commit_timestamp):
-                warnings.append(_null_rows_warning(info.name, column.name, config.skip_null_rows))
-            else:
-                problems.append(_null_rows_problem(info.name, column.name, name, dialect))
-        warnings.extend(_hotspots(info, column.name))
-        soft, soft_type = None, None
-        if config.soft_delete:
-            soft_column = info.column(config.soft_delete)
-            soft_type = None if soft_column is None else canonical_column_type(soft_column.spanner_type)
-            if soft_column is None or soft_type not in ("BOOL", "TIMESTAMP"):
-                problems.append(
-                    f"soft-delete column {config.soft_delete!r} of table {info.name!r} "
-                    + ("does not exist" if soft_column is None else f"is {soft_column.spanner_type}")
-                    + ": name a BOOL column (deleted when true) or a TIMESTAMP column (deleted "
-                      "when not NULL)"
-                )
-                continue
-            soft = soft_column.name
+            return None
+        soft = self._soft_delete(info, config)
+        if soft is None:
+            return None
         if not info.key:
-            problems.append(f"table {info.name!r} has no primary key in INFORMATION_SCHEMA")
-            continue
+            self.problems.append(f"table {info.name!r} has no primary key in INFORMATION_SCHEMA")
+            return None
         kind = config.kind
         if kind == AUTO:
             kind = CHANGELOG if column.name in info.key else PLAIN
-        plans[name] = TablePlan(
+        return TablePlan(
             table=info.name,
             column=column.name,
             kind=kind,
             columns=tuple((c.name, canonical_column_type(c.spanner_type)) for c in info.columns),
             keys=info.key,
-            soft_delete=soft,
-            soft_delete_type=soft_type,
+            soft_delete=soft[0],
+            soft_delete_type=soft[1],
         )
-    if problems:
-        raise CommitTimestampSchemaError(
-            f"the tables of database {database!r} cannot be read by commit timestamp: "
-            + "; ".join(problems)
-        )
-    return plans, warnings
+
+    def _commit_column(self, info: TableInfo, name: str, config: TableConfig):
+        """The table's commit-timestamp column, checked (None when it cannot be read by it)."""
+        column = info.column(config.column)
+        if column is None:
+            self.problems.append(
+                f"table {info.name!r} has no column {config.column!r} (its columns: "
+                f"{', '.join(c.name for c in info.columns)}): name its commit-timestamp column "
+                f"in tables="
+            )
+            return None
+        if canonical_column_type(column.spanner_type) != "TIMESTAMP":
+            self.problems.append(
+                f"column {info.name}.{column.name} is {column.spanner_type}, not a TIMESTAMP: "
+                f"name the table's commit-timestamp column in tables="
+            )
+            return None
+        if not column.commit_timestamp:
+            self._not_commit_timestamp(info, column)
+        if column.nullable:
+            if config.skip_null_rows or (self.trust and not column.commit_timestamp):
+                self.warnings.append(_null_rows_warning(info.name, column.name, config.skip_null_rows))
+            else:
+                self.problems.append(_null_rows_problem(info.name, column.name, name, self.dialect))
+        self.warnings.extend(_hotspots(info, column.name))
+        return column
+
+    def _not_commit_timestamp(self, info: TableInfo, column) -> None:
+        fix = _commit_timestamp_fix(info.name, column.name, self.dialect)
+        if self.trust:
+            self.warnings.append(
+                f"column {info.name}.{column.name} is not a commit-timestamp column; read "
+                f"by its values because trust_application_timestamps=True (unsafe: a value "
+                f"the application writes late, or in the past, lands in a window already "
+                f"read and is never picked up). To make it safe: {fix}"
+            )
+        else:
+            self.problems.append(
+                f"column {info.name}.{column.name} is a TIMESTAMP without "
+                f"allow_commit_timestamp=true, so its values are whatever the application "
+                f"wrote and a window read by them can miss rows written late. Fix: {fix}; "
+                f"or, knowing the risk, pass trust_application_timestamps=True"
+            )
+
+    def _soft_delete(self, info: TableInfo, config: TableConfig) -> tuple | None:
+        """(soft-delete column, its canonical type), (None, None) without one; None when the
+        configured one is not a BOOL or TIMESTAMP column."""
+        if not config.soft_delete:
+            return None, None
+        soft_column = info.column(config.soft_delete)
+        soft_type = None if soft_column is None else canonical_column_type(soft_column.spanner_type)
+        if soft_column is None or soft_type not in ("BOOL", "TIMESTAMP"):
+            self.problems.append(
+                f"soft-delete column {config.soft_delete!r} of table {info.name!r} "
+                + ("does not exist" if soft_column is None else f"is {soft_column.spanner_type}")
+                + ": name a BOOL column (deleted when true) or a TIMESTAMP column (deleted "
+                  "when not NULL)"
+            )
+            return None
+        return soft_column.name, soft_type
 
 
 def _find_table(schema: Mapping[str, TableInfo], name: str) -> TableInfo | None:

@@ -3,7 +3,7 @@
 One partition per configured table (its id is the table's name as configured); its
 watermark is the end of the last window read, and its ``resume_position`` counts the windows
 since its last key reconciliation. A window ``[s, e)`` reads each table's rows with
-``s <= <col> < e`` at exactly ``e`` (:mod:`.extract`): complete as soon as it is read, so the
+``s <= <col> < e`` at exactly ``e`` (:mod:`.reads`): complete as soon as it is read, so the
 gate's evidence is the read itself. ``e`` must be in the past by the safety margin before
 the window is planned (:meth:`evidence_delay`), and a plan for a window ending in the future
 is refused.
@@ -31,12 +31,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from airflow_cdc.model import PartitionPosition, Readiness, Window, format_ts, validate_identifier
-from airflow_cdc.sources.base import ChangeSource, Discovery, WindowRead
+from airflow_cdc.sources.base import ChangeSource, Discovery
 from airflow_cdc.sources.spanner.query import DIALECTS, GOOGLE_SQL
 from airflow_cdc.sources.spanner.reader import SpannerConnection
 from airflow_cdc.sources.spanner_commit_ts import RESEED_PREFIX, SOURCE_KIND
 from airflow_cdc.sources.spanner_commit_ts.errors import FutureWindowError
-from airflow_cdc.sources.spanner_commit_ts.rows import ORDERING_KEY_PARTS
+from airflow_cdc.sources.spanner_commit_ts.records import ORDERING_KEY_PARTS
+from airflow_cdc.sources.spanner_commit_ts.readiness import window_readiness
 from airflow_cdc.sources.spanner_commit_ts.schema import TableConfig
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class SpannerCommitTimestampSource(ChangeSource):
     airflow_hook = "airflow_cdc.hooks.spanner:SpannerDatabaseHook"
     summary_counts = ("rows", "soft_deletes", "reconciled_deletes", "partitions_read", "reseeds",
                       "dead_letters")
+    reads_whole_windows = True
 
     def __init__(self, spec: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> None:
         super().__init__(spec, options)
@@ -127,23 +129,21 @@ class SpannerCommitTimestampSource(ChangeSource):
         return self.safety_margin
 
     def readiness(self, window: Window, now: datetime, known: Sequence, hook: Any) -> Readiness:
-        """Ready once ``e`` is past by the safety margin; then, before the window opens in the
-        state store (a refused window leaves no state behind, and fixing the configuration
-        needs no reset of the stream): the schema check and the retention check of ``e``."""
-        due = window.end + self.safety_margin
-        if now < due:
-            return Readiness(
-                False, f"a read at the window's end sees every commit before it once the end "
-                f"is past by the safety margin ({self.safety_margin.total_seconds():g} s), at "
-                f"{format_ts(due)}", retry_at=due)
-        database = self._database(hook)
-        self._table_plans(database)
-        if not self._pending_reseeds(hook, now):
-            from airflow_cdc.sources.spanner_commit_ts.extract import check_retention
+        """Ready once ``e`` is past by the safety margin and the schema and retention checks
+        pass (:mod:`.readiness`)."""
+        from airflow_cdc.sources.spanner_commit_ts.reads import check_retention
 
-            check_retention(database, window, [window.end])
-        return Readiness(True, f"the window's end {format_ts(window.end)} is past by the safety "
-                               f"margin and its tables can be read by commit timestamp")
+        checked: dict = {}
+
+        def check_tables():
+            checked["database"] = self._database(hook)
+            self._table_plans(checked["database"])
+
+        def check_end():
+            if not self._pending_reseeds(hook, now):  # a re-seed reads at its own instant
+                check_retention(checked["database"], window, [window.end])
+
+        return window_readiness(window, now, self.safety_margin, check_tables, check_end)
 
     # --- step 1 -------------------------------------------------------------------------------
     def initial_positions(self, window: Window) -> list[PartitionPosition]:
@@ -166,7 +166,7 @@ class SpannerCommitTimestampSource(ChangeSource):
         made again here, where the partitions are known (one INFORMATION_SCHEMA read)."""
         if kept is not None and TABLES_OPTION in kept:
             return {k: kept[k] for k in (TABLES_OPTION, WARNINGS_OPTION) if k in kept}
-        from airflow_cdc.sources.spanner_commit_ts.extract import check_retention, plan_steps
+        from airflow_cdc.sources.spanner_commit_ts.reads import check_retention, plan_steps
 
         if window is not None and window.end > planned_at:
             raise FutureWindowError(
@@ -228,13 +228,8 @@ class SpannerCommitTimestampSource(ChangeSource):
         return {"project": c.project, "instance": c.instance, "database": c.database,
                 "emulator_host": c.emulator_host, "access_token": c.access_token}
 
-    def read_window(self, spark, plan) -> WindowRead:
-        from airflow_cdc.sources.spanner_commit_ts.extract import read_window
-
-        return read_window(self, spark, plan)
-
     def canonical_type(self, source_type) -> str:
-        from airflow_cdc.sources.spanner_commit_ts.schema import canonical_column_type
+        from airflow_cdc.sources.spanner_commit_ts.types import canonical_column_type
 
         return canonical_column_type(str(source_type))
 

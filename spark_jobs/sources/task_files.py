@@ -6,10 +6,10 @@ checkpoint), and a second job writes them to the changelog. With it, the read ta
 the rows it decodes straight into Parquet files of the changelog table (pyarrow, the table's
 field ids, one file per day of ``commit_ts`` per task, the table being partitioned by
 ``days(commit_ts)``), and hands Spark only the files' names and sizes and the window's
-column declarations (:data:`~airflow_cdc.sources.read_frame.FILES` rows). The driver commits
-the files in the window's one tagged commit (``spark_jobs/changelog_files.py``): what Spark
-did with the rows (about 25 µs of JVM CPU per change) and the commit's write job are gone.
-Saves: the 1M-change extract of ``bench/extract.py --full`` shows it (figures in docs/performance.md).
+column declarations (:data:`~airflow_cdc.spark_jobs.sources.read_frame.FILES` rows). The
+driver commits the files in the window's one tagged commit (``spark_jobs/changelog_files.py``).
+Saves: the JVM's handling of every row and the commit's write job (``bench/extract.py --full``,
+docs/performance.md).
 
 Files a read writes and no commit takes (a failed or orphaned job, a lost race) are never
 part of the table: Iceberg reads only what a commit lists; ``remove_orphan_files`` removes

@@ -507,14 +507,7 @@ def change_of(
             partition_id=partition_id,
             source_metadata=metadata,
         )
-    names = list(key_columns.get(table) or ())
-    if not names:
-        known = ", ".join(sorted(key_columns)) or "none"
-        raise KeylessTableError(
-            f"events for tables without a key: table {table!r} has no key columns (tables with "
-            f"keys: {known}); declare them in key_columns ({{{table!r}: [...]}}), or give the "
-            f"table a primary key and declare it"
-        )
+    names = _key_names(table, key_columns)
     conversions = _conversions(event, table, column_types)
     op = CHANGE_OPS[event.op]
     image_row = event.before if event.op == "d" else event.after
@@ -525,14 +518,7 @@ def change_of(
             f"{event.op} event of {table!r} holds the unavailable-value placeholder in "
             f"{unchanged}: only updates and deletes can leave a column out"
         )
-    keys = {}
-    for name in names:
-        if name in unchanged or values.get(name) is None:
-            raise MalformedEventError(
-                f"{event.op} event of {table!r} lacks key column {name!r} (or it is null); its "
-                f"columns are {sorted(image_row)}: fix key_columns for this table"
-            )
-        keys[name] = values[name]
+    keys = _keys(event, table, names, values, unchanged, image_row)
     old_values = None
     if event.op == "d":
         new_values, old_values = None, values
@@ -560,6 +546,33 @@ def change_of(
         partition_id=partition_id,
         source_metadata=metadata,
     )
+
+
+def _key_names(table: str, key_columns: Mapping[str, Sequence[str]]) -> list[str]:
+    """The key columns declared for ``table``; a table without any is refused."""
+    names = list(key_columns.get(table) or ())
+    if not names:
+        known = ", ".join(sorted(key_columns)) or "none"
+        raise KeylessTableError(
+            f"events for tables without a key: table {table!r} has no key columns (tables with "
+            f"keys: {known}); declare them in key_columns ({{{table!r}: [...]}}), or give the "
+            f"table a primary key and declare it"
+        )
+    return names
+
+
+def _keys(event: ChangeEvent, table: str, names: list[str], values: Mapping, unchanged,
+          image_row: Mapping) -> dict:
+    """The row's key values; a key column left out, unavailable or null is refused."""
+    keys = {}
+    for name in names:
+        if name in unchanged or values.get(name) is None:
+            raise MalformedEventError(
+                f"{event.op} event of {table!r} lacks key column {name!r} (or it is null); its "
+                f"columns are {sorted(image_row)}: fix key_columns for this table"
+            )
+        keys[name] = values[name]
+    return keys
 
 
 def event_id(event: ChangeEvent, position: SourcePosition, keys: Mapping[str, object]) -> str:

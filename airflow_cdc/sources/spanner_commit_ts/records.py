@@ -25,6 +25,7 @@ from datetime import date, datetime
 from typing import Any
 
 from airflow_cdc.model import ChangeRow, Image, Op, encode_ordering_key, format_ts, value_texts
+from airflow_cdc.sources.base import DeadLetter, changelog_tuple, dead_letter_tuple
 from airflow_cdc.sources.spanner_commit_ts.schema import CHANGELOG, TablePlan
 
 ROW_PHASE, RECONCILE_PHASE = 0, 1
@@ -130,3 +131,28 @@ def reconcile_delete(plan: TablePlan, keys: Mapping[str, Any], *, stream: str, w
         partition_id=plan.table,
         source_metadata={"read_timestamp": format_ts(read_at), "reconciled": True},
     )
+
+
+def row_results(plan: TablePlan, values, *, table: str, stream: str, window_id: str,
+                read_at: datetime) -> list[tuple]:
+    """What one result row of a window read becomes: ("row", table, changelog tuple), after
+    ("soft", table, None) for a soft delete; or one ("dead", table, dead-letter tuple) naming
+    the row and the fault, whatever the row holds (the window's other rows still land)."""
+    try:
+        if len(values) != len(plan.columns):
+            raise UnreadableRowError(
+                f"row of {plan.table} has {len(values)} values for its {len(plan.columns)} "
+                f"columns {[name for name, _ in plan.columns]}")
+        row = row_change(plan, values, stream=stream, window_id=window_id, read_at=read_at)
+        written = changelog_tuple(row)
+    except Exception as error:  # noqa: BLE001 - the row is kept with the reason
+        reason = str(error) if isinstance(error, UnreadableRowError) else (
+            f"row of {plan.table} cannot become a change row ({type(error).__name__}: {error})")
+        try:
+            raw = json.dumps([repr(v) for v in values])
+        except Exception:  # noqa: BLE001
+            raw = f"<a {type(values).__name__} of values>"
+        return [("dead", table, dead_letter_tuple(stream, window_id,
+                                                  DeadLetter(table, raw, reason, plan.table)))]
+    soft = [("soft", table, None)] if row.op == "DELETE" else []
+    return [*soft, ("row", table, written)]

@@ -14,23 +14,21 @@ The read tasks (``mapInArrow``) return everything a read gives in one schema
   (:func:`partition_batches`), or what a source's own read task counted (:func:`summary_batch`);
 * ``files``: the changelog files a read task wrote itself and the column declarations of
   their rows, pickled (:data:`OUTCOME`; :func:`files_batch`), in place of its ``row`` rows,
-  when the window's rows are written by the read tasks (:mod:`.changelog_files`).
+  when the window's rows are written by the read tasks (:mod:`.task_files`).
 
 Who uses it: the extract job's partition reads (``spark_jobs/extract.py``, a round's positions
-read by :func:`airflow_cdc.spark_jobs.extract.read_positions`), and sources that read a whole window their
-own way (Datastream's files, the commit-timestamp source's partitioned queries). It lives
-with the sources so that they can; pyspark is imported inside the functions that use it, as
-everywhere in this package.
+read by :func:`airflow_cdc.spark_jobs.extract.read_positions`), and the Spark sides of sources
+that read a whole window their own way (Datastream's files, the commit-timestamp source's
+partitioned queries). pyspark is imported inside the functions that use it: the read tasks
+load this module with pyarrow alone.
 
 The driver keeps the frame on the executors (:func:`kept`) and takes from it what each step
 needs: the outcomes (the only thing it collects of a large window), the tallies for the
 transaction check, the rows for the changelog commit, the dead letters.
 
-A performance strategy. It replaced an RDD of one pickled tuple per partition (outcome,
-tallies, rows, dead letters): every later pass unpickled each partition's tuple whole in a
-Python worker, and ``createDataFrame`` then checked and converted every row in Python and
-again in the JVM. Saves that per-row conversion and most of the transaction check
-(``bench/extract.py --full``; figures in docs/performance.md).
+A performance strategy. Saves: a pickled tuple per partition (outcome, tallies, rows, dead
+letters) unpickled whole by every later pass and converted row by row by ``createDataFrame``,
+and most of the transaction check (``bench/extract.py --full``, docs/performance.md).
 """
 
 from __future__ import annotations
@@ -116,9 +114,8 @@ def partition_batches(outcome, tallies, rows: list[tuple], dead: list[tuple], co
         yield dead_batch(dead)
     # A performance strategy. A transaction whose records this read holds all of is complete
     # whatever other partitions hold: only its count leaves the task, and the window's check
-    # (spark_jobs/extract.py) tallies the others. Saves: bench/extract.py --full's window
-    # tallied 319,792 records, now about 83,400 (its two-partition transactions'); its check
-    # took 5.5 s on a day its raw read took 130 s, 5.7 s for all of them on a 57-s day.
+    # (spark_jobs/extract.py) tallies the others. Saves: tallying the records of transactions
+    # held whole (bench/extract.py --full, docs/performance.md).
     tallies = list(tallies)
     partial = [t for t in tallies if len(t.record_ids) != t.expected_records]
     records = [(t.transaction_id, t.expected_records, record, t.commit_ts)
@@ -205,10 +202,9 @@ def _escaped(value):
 def kept(frame):
     """``frame`` computed now and kept on the executors (a local checkpoint) for every later pass.
 
-    A performance strategy. Saves: the rows are kept as Spark's rows are, not encoded into the
-    compressed columns of a DataFrame cache (maps are costly to encode there): 250,560 read
-    rows of ``bench/extract.py``'s Spanner stream were kept in 0.59 s instead of 1.75 s
-    (``mapInArrow`` of prepared batches, warm, ``local[2]``). The cost: a cache lost with
+    A performance strategy. Saves: encoding the rows into the compressed columns of a
+    DataFrame cache (maps are costly to encode there); ``bench/extract.py`` shows it
+    (docs/performance.md). The cost: a cache lost with
     its executor would be read again from the source, a checkpoint is not, so the job fails
     and its task's retry runs it again (a re-run is exactly once, I1).
     The extract job frees it when the window is committed (``WindowRead.kept``,
