@@ -10,7 +10,7 @@
 
 The source is :class:`airflow_cdc.sources.bigtable.source.BigtableChangeStreamSource`; its
 targets are the ``<table>_cells`` and ``<table>_latest`` Iceberg tables
-(:mod:`airflow_cdc.sources.bigtable.apply`).
+(:mod:`airflow_cdc.spark_jobs.sources.bigtable`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``SpannerChangeStreamPipeline`` (in :mod:`airflow_cdc.operators.pipeline`) is the shortcut
 for ``CdcPipeline(source="spanner_change_stream", ...)``; the source itself is
-:class:`airflow_cdc.sources.spanner.reader.SpannerChangeStreamSource`.
+:class:`airflow_cdc.sources.spanner.source.SpannerChangeStreamSource`.
 """
 
 from __future__ import annotations

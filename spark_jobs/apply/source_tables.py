@@ -1,4 +1,4 @@
-"""What the apply job hands a source that applies its own changes (``ChangeSource.apply_window``).
+"""What the apply job hands a source that applies its own changes (its Spark side's ``apply_window``).
 
 Such a source (Bigtable's cells) computes its window's outcome itself, but commits through
 this object, so its tables follow the same exactly-once rules as every target: each commit
