@@ -12,7 +12,7 @@ import zipimport
 import pytest
 
 import airflow_cdc.spark_jobs  # noqa: F401 - importing the package puts the rule in place
-from airflow_cdc.spark_jobs.zip_imports import read_zip_directories_when_changed
+from airflow_cdc.spark_jobs.zip_imports import PLAIN_INVALIDATE, SWITCH, read_zip_directories_when_changed
 
 pytestmark = pytest.mark.skipif(sys.version_info >= (3, 12), reason="Python 3.12 reads zip directories lazily")
 
@@ -40,9 +40,30 @@ def directory_reads(monkeypatch):
     return reads
 
 
+def imports_across_a_replaced_archive(archive) -> tuple[int, int]:
+    """Import a module from ``archive``, invalidate twice, replace the archive with one that
+    also holds a second module, invalidate, import that: both modules' values."""
+    first = importlib.import_module("cdc_zip_first").VALUE
+    importlib.invalidate_caches()
+    importlib.invalidate_caches()
+    with zipfile.ZipFile(archive, "a") as zf:
+        zf.writestr("cdc_zip_second.py", "VALUE = 2\n")
+    os.utime(archive, ns=(0, 1))  # a replaced file: another size and time than the one read
+    importlib.invalidate_caches()
+    return first, importlib.import_module("cdc_zip_second").VALUE
+
+
 def test_importing_spark_jobs_puts_the_rule_in_place():
     assert getattr(zipimport.zipimporter.invalidate_caches, "reads_when_changed", False)
     assert read_zip_directories_when_changed() is True  # once: a second call changes nothing
+
+
+def test_the_switch_off_leaves_pythons_own_invalidation(monkeypatch):
+    monkeypatch.setenv(SWITCH, "off")
+    monkeypatch.setattr(zipimport.zipimporter, "invalidate_caches", PLAIN_INVALIDATE)
+
+    assert read_zip_directories_when_changed() is False
+    assert zipimport.zipimporter.invalidate_caches is PLAIN_INVALIDATE
 
 
 def test_invalidating_the_caches_does_not_read_an_unchanged_archive_again(archive, directory_reads):
@@ -55,11 +76,18 @@ def test_invalidating_the_caches_does_not_read_an_unchanged_archive_again(archiv
 
 
 def test_a_module_added_to_a_replaced_archive_imports_after_the_caches_are_invalidated(archive, directory_reads):
-    importlib.import_module("cdc_zip_first")
-    importlib.invalidate_caches()
-    with zipfile.ZipFile(archive, "a") as zf:
-        zf.writestr("cdc_zip_second.py", "VALUE = 2\n")
-    os.utime(archive, ns=(0, 1))  # a replaced file: another size and time than the one read
-    importlib.invalidate_caches()
+    assert imports_across_a_replaced_archive(archive) == (1, 2)
     assert str(archive) in directory_reads
-    assert importlib.import_module("cdc_zip_second").VALUE == 2
+
+
+def test_imports_are_the_same_with_the_rule_and_with_pythons_own_invalidation(archive, monkeypatch):
+    with_rule = imports_across_a_replaced_archive(archive)
+    for name in ("cdc_zip_first", "cdc_zip_second"):
+        sys.modules.pop(name)
+    with zipfile.ZipFile(archive, "w") as zf:  # the archive as the fixture made it
+        zf.writestr("cdc_zip_first.py", "VALUE = 1\n")
+    os.utime(archive, ns=(0, 2))
+    monkeypatch.setattr(zipimport.zipimporter, "invalidate_caches", PLAIN_INVALIDATE)
+    importlib.invalidate_caches()
+
+    assert imports_across_a_replaced_archive(archive) == with_rule == (1, 2)
