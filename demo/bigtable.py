@@ -26,7 +26,7 @@ from pathlib import Path
 
 from demo.spanner import prepare_environment
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 DAG_ID = "bigtable_change_stream_to_iceberg"
 WINDOW = timedelta(minutes=30)
 CLOCK_LEAD = timedelta(seconds=3)  # the emulator's clock at a run's start: window end + this

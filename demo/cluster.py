@@ -37,7 +37,7 @@ from pathlib import Path
 
 from demo.spanner import compare, prepare_environment, run_windows
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 BUCKET = "cdc-work"
 CLUSTER = "cdc-cluster"
 REGION = "europe-west1"

@@ -32,7 +32,7 @@ from types import SimpleNamespace
 
 from demo.spanner import prepare_environment
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 DAG_ID = "spanner_commit_ts_to_iceberg"
 STREAM_ID = "shop_commit_ts"
 WINDOW = timedelta(minutes=20)

@@ -40,7 +40,7 @@ from pathlib import Path
 from airflow_cdc.sources.datastream.events import object_identifier
 from airflow_cdc.sources.datastream.writer import DATETIME_RECORD
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 DAG_ID = "datastream_to_iceberg"
 WINDOW = timedelta(minutes=10)
 START = datetime(2025, 1, 6, 8, 0, tzinfo=timezone.utc)

@@ -57,7 +57,7 @@ from pathlib import Path
 from demo import postgres
 from demo.spanner import prepare_environment
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 DAG_ID = "debezium_to_iceberg"
 STREAM_ID = "dbz_demo"
 DATABASE = "cdc_demo_dbz"

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 GATE_SLACK_SECONDS = 60
 # The first window starts at a boundary at least this long after start-up.
 START_MARGIN = timedelta(seconds=60)

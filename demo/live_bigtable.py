@@ -53,7 +53,7 @@ from demo.live import (
     summary_line,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 DAG_FILE = "bigtable_change_stream_to_iceberg.py"
 EVIDENCE_DELAY_SECONDS = 2  # the DAG's evidence_delay_seconds
 # Spread over the empty table's four initial partitions ('' .. user#0070 .. user#0180 ..

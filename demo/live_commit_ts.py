@@ -44,7 +44,7 @@ from demo.live import (
     summary_line,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 DAG_FILE = "spanner_commit_ts_to_iceberg.py"
 SAFETY_MARGIN_SECONDS = 2  # the DAG's CDC_SAFETY_MARGIN_SECONDS here
 STREAM_ID = "live_commit_ts"

@@ -44,7 +44,7 @@ from demo.live import (
     summary_line,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 DAG_FILE = "datastream_to_iceberg.py"
 STREAM_ID = "shop"
 BUSINESS_TABLES = ("shop_orders", "public_customers")

@@ -62,7 +62,7 @@ from demo.live import (
     summary_line,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 DAG_FILE = "debezium_to_iceberg.py"
 STREAM_ID = "live_dbz"
 TOPIC_PREFIX = "live"

@@ -42,7 +42,7 @@ from demo import postgres
 from demo.debezium import CaptureProcess, wait_for, wait_until_captured
 from demo.spanner import prepare_environment
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 STREAM_DAG = "debezium_to_iceberg"
 SNAPSHOT_DAG = "debezium_snapshots"
 STREAM_ID = "snap_demo"

@@ -23,7 +23,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 DAG_ID = "spanner_change_stream_to_iceberg"
 WINDOW = timedelta(minutes=30)
 

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from demo.services import AirflowServices
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 VIEW_ROUTE = "/plugin/cdc"  # the CDC page inside Airflow's UI (the plugin's url_route)
