@@ -187,13 +187,11 @@ def test_a_window_folded_in_many_tasks_gives_the_same_target(lake):
     assert values_of(lake.rows("Accounts"), "name", "balance") == {k: (f"n{k}", -k) for k in range(3000)}
 
 
-def test_one_statement_folds_a_table_as_its_two_statements_do(applied, monkeypatch):
+def test_one_statement_folds_a_table_as_its_two_statements_do(applied):
     # A table without history folds in one statement (fold.folded_changes); the same window
-    # folded as ordered_changes then fold_table (the history's two statements) gives the same
-    # row per key: guard, redelivery, clash, stale, partial and full images alike.
-    from airflow_cdc.spark_jobs.apply import table_fold
-    from airflow_cdc.spark_jobs.apply.fold import fold_table, ordered_changes
-
+    # folded as ordered_changes then fold_table (the history's two statements, the switch
+    # fold_in_one_statement off) gives the same row per key: guard, redelivery, clash, stale,
+    # partial and full images alike.
     lake, _ = applied
     w2 = window(2)
     accounts = Changes("Accounts", TYPES)
@@ -209,21 +207,14 @@ def test_one_statement_folds_a_table_as_its_two_statements_do(applied, monkeypat
     accounts.add(w2, "INSERT", 12, {"name": "l", "balance": 12}, when=at(2, 3))
     lake.write(accounts, win=w2)
     one_statement = _folded_rows(lake, w2)
-
-    def two_statements(rows, plan, target_before, tombstones_before, partitions=None, guard_keys_only=False):
-        ordered = ordered_changes(rows, plan, target_before, tombstones_before, partitions=partitions,
-                                  guard_keys_only=guard_keys_only)
-        return fold_table(ordered, plan)
-
-    monkeypatch.setattr(table_fold, "folded_changes", two_statements)
-    assert _folded_rows(lake, w2) == one_statement
+    assert _folded_rows(lake, w2, strategies={"fold_in_one_statement": False}) == one_statement
     actions = {row["__key"]: row["__action"] for row in one_statement}
     assert actions == {"v1": "PATCH", "v2": "STALE", "v3": "DELETE", "v4": "STALE", "v10": "UPSERT",
                        "v11": "DEAD", "v12": "UPSERT"}
 
 
-def _folded_rows(lake, win) -> list[dict]:
+def _folded_rows(lake, win, **overrides) -> list[dict]:
     """The folded rows of ``win`` (folded, not applied), one dict per key in key order."""
-    with lake.folded(win, policies={"on_dead_letter": "continue"}) as works:
+    with lake.folded(win, policies={"on_dead_letter": "continue"}, **overrides) as works:
         [work] = works
         return [row.asDict(recursive=True) for row in work.folded.orderBy("__key").collect()]
