@@ -12,9 +12,8 @@ export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
 # Bytecode is written on first import, so every later process (each spark-submit's driver,
 # each Python worker of Spark, each Airflow task) loads it instead of compiling its modules
-# again. This machine's environment sets PYTHONDONTWRITEBYTECODE, with which every process
-# compiled every module it imported: google-cloud-spanner, pyarrow, pandas and pyspark took
-# 3.3-4.0 s to import instead of 1.3 s, Airflow's models 3.9-4.5 s instead of 1.7-1.9 s.
+# again. An environment that sets PYTHONDONTWRITEBYTECODE makes every process compile every
+# module it imports (saves most of each process's import time; docs/performance.md).
 unexport PYTHONDONTWRITEBYTECODE
 
 ## setup: venv with the pinned constraints, the package (editable), Debian jars, the Iceberg
