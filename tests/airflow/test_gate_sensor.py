@@ -8,7 +8,6 @@ gate in poke mode.
 from __future__ import annotations
 
 import os
-import threading
 from datetime import timedelta
 from pathlib import Path
 
@@ -159,16 +158,25 @@ def test_stalled_window_with_soft_fail_skips_the_gate(sandbox):
 
 
 def test_deferrable_gate_defers_while_a_partition_lags_and_resumes_when_it_catches_up(
-    sandbox, audit_events
+    sandbox, audit_events, monkeypatch
 ):
     # W2's partition b stalled; W3, committed while W2's gate is deferred, carries it to W3's
-    # end, past W2's end.
-    catch_up = threading.Timer(1.0, applied, kwargs={"store": sandbox, "window": W3})
-    catch_up.start()
-    try:
-        run = gate_dag().test(logical_date=W2.end)
-    finally:
-        catch_up.join()
+    # end, past W2's end. W3 is applied right after the trigger's first poll (which can only
+    # run once the gate has deferred), so no machine's speed decides whether it defers.
+    from airflow_cdc.triggers.gate import CdcWindowCompleteTrigger
+
+    poll, polls = CdcWindowCompleteTrigger._poll, []
+
+    def poll_then_catch_up(trigger):
+        status = poll(trigger)
+        if not polls:
+            applied(store=sandbox, window=W3)
+        polls.append(status)
+        return status
+
+    monkeypatch.setattr(CdcWindowCompleteTrigger, "_poll", poll_then_catch_up)
+    run = gate_dag().test(logical_date=W2.end)
+    assert polls, "the gate never deferred to its trigger"
     assert audit_events(run, "window_complete") == ["running", "deferred", "running", "success"]
     assert sandbox.get_window("orders", W2.start).state is WindowState.COMPLETE
 
