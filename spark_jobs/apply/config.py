@@ -164,7 +164,7 @@ class ApplyConfig:
         if source_table in self.mapping:
             return self.mapping[source_table]
         name = validate_identifier(
-            f"source table (no entry in targets.mapping, so its target would be named after it)",
+            "source table (no entry in targets.mapping, so its target would be named after it)",
             source_table,
         )
         return TableName(self.catalog, self.target_namespace, name)
