@@ -350,7 +350,7 @@ def workload(index: int) -> list[str]:
         f"INSERT INTO orders VALUES ({base}, {base}, {index + 1}, {index}.50, now()::timestamp), "
         f"({base + 1}, 1, 1, NULL, NULL)",
         f"UPDATE customers SET balance = balance + 1, name = name || '+' WHERE id IN (1, {base})",
-        f"UPDATE orders SET quantity = quantity + 1 WHERE id = 1",
+        "UPDATE orders SET quantity = quantity + 1 WHERE id = 1",
         f"DELETE FROM orders WHERE id = {base - 9}" if index else "DELETE FROM orders WHERE id = 3",
         f"BEGIN; INSERT INTO customers VALUES ({base + 2}, 't{base}', NULL, NULL, NULL, NULL, "
         f"false); UPDATE orders SET amount = {index}.75 WHERE id = {base}; COMMIT",

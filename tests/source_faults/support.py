@@ -3,8 +3,12 @@ run them, and the emulators' truth of a window."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 from airflow_cdc.model import Window
 from airflow_cdc.pipeline.protocol import StreamConfig, commit_window, plan_window
@@ -160,15 +164,11 @@ def debezium_stream(tmp_path, prefix) -> Pipeline:
         "settings": {"flush_lateness_seconds": 60}})
 
 
-def list_unlistable_folder(base, listing: str) -> tuple["subprocess.CompletedProcess", "Path"]:
+def list_unlistable_folder(base, listing: str) -> tuple[subprocess.CompletedProcess, Path]:
     """Under ``base``, one readable file and a subfolder nobody may list (mode 000) holding
     another; run ``listing`` (Python, ``{root}`` replaced by ``base``) in a process that file
     permissions apply to: as root, without the capabilities that bypass them (CAP_DAC_OVERRIDE,
     CAP_DAC_READ_SEARCH). Returns the process and the unlistable subfolder."""
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
 
     (base / "ok").mkdir(parents=True)
     (base / "ok" / "a.jsonl").write_text("{}\n")

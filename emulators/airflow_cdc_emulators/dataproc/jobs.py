@@ -29,7 +29,7 @@ from pathlib import Path
 import grpc
 from google.cloud import dataproc_v1
 
-from .driver import CANCELLED, FAILED, SUCCEEDED, DriverRun, DriverSetup, Outcome
+from .driver import CANCELLED, SUCCEEDED, DriverRun, DriverSetup, Outcome
 from .errors import ServiceError, invalid_argument, required
 from .listing import page, parse_filter
 from .operations import OperationStore
