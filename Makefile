@@ -8,7 +8,7 @@ SYSTEM_JARS := /usr/share/java/postgresql.jar /usr/share/java/sqlite-jdbc.jar /u
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
-.PHONY: setup test test-long test-live faults races hostile check-install demo ui-screenshot demo-datastream demo-bigtable demo-debezium demo-snapshot demo-commit-ts demo-cluster live-datastream live-bigtable live-debezium live-commit-ts bench docs services system-packages constraints clean
+.PHONY: setup test test-long test-live faults races hostile check-install demo ui-screenshot demo-datastream demo-bigtable demo-debezium demo-debezium-mariadb demo-snapshot demo-commit-ts demo-cluster live-datastream live-bigtable live-debezium live-commit-ts bench docs services system-packages constraints clean
 
 # Bytecode is written on first import, so every later process (each spark-submit's driver,
 # each Python worker of Spark, each Airflow task) loads it instead of compiling its modules
@@ -128,6 +128,11 @@ demo-bigtable: setup
 ## Connect sink layout) into Iceberg by real DAG runs; the targets compared with the tables.
 demo-debezium: setup services
 	$(PY) -m demo.debezium
+
+## demo-debezium-mariadb: the same on MariaDB through Debezium's MariaDB connector (its
+## classpath fetched once with Maven into the jar folder); the targets compared with the tables.
+demo-debezium-mariadb: setup services
+	$(PY) -m demo.debezium_mariadb
 
 ## demo-snapshot: both snapshot kinds (Debezium's incremental snapshot by signal, the parallel
 ## Spark snapshot between watermarks) on a running stream of real PostgreSQL through real
