@@ -37,6 +37,11 @@ store, transactions the distinct source transactions of the streamed changes in 
 changelog, target_rows the rows of all targets. The exit code is non-zero on any mismatch,
 failed run, or when the restart redelivered nothing. Everything lives under
 ``.demo-debezium/`` (recreated each time).
+
+What is PostgreSQL's here (the database, the workload, the capture's connector, the
+replication slot) is one :class:`SourceDatabase`, :data:`POSTGRES`; the capture process, the
+windows, the restart and the comparison take it, and ``make demo-debezium-mariadb``
+(``demo/debezium_mariadb.py``) runs them on MariaDB's.
 """
 
 from __future__ import annotations
@@ -50,6 +55,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -91,6 +97,33 @@ SCHEMA = f"""
         (1, 1, 10, 20.00, '2025-01-06 08:01:02.5'), (2, 3, 20, 0.10, '2025-01-06 08:02:00'),
         (3, 2, 1, NULL, NULL);
 """
+
+
+@dataclass(frozen=True)
+class SourceDatabase:
+    """What the demo needs of its source database; the capture process, the windows and the
+    comparison are the same for every database (PostgreSQL here: :data:`POSTGRES`; MariaDB:
+    ``demo/debezium_mariadb.py``).
+
+    ``label`` starts every line the demo prints (its last line too); ``base`` is the working
+    folder under the repository; ``capture_gone`` runs after the capture is killed, before it
+    starts again (PostgreSQL: wait until the killed walsender let go of the slot);
+    ``cleanup`` runs once the capture has stopped.
+    """
+
+    label: str
+    title: str
+    base: str
+    stream_id: str
+    topic_prefix: str
+    key_columns: dict
+    recreate: Callable[[], None]
+    execute: Callable[[str], object]
+    source_tables: Callable[[], dict]
+    capture_config: Callable[[Path], dict]
+    phases: Callable[[], list]
+    capture_gone: Callable[[], None] = lambda: None
+    cleanup: Callable[[], None] = lambda: None
 
 
 @dataclass(frozen=True)
@@ -230,9 +263,11 @@ def capture_config(sink: Path) -> dict:
 class CaptureProcess:
     """``airflow-cdc capture debezium`` in its own process (the JVM starts once per process)."""
 
-    def __init__(self, sink: Path, logs: Path, config: dict | None = None):
+    def __init__(self, sink: Path, logs: Path, config: dict | None = None,
+                 label: str = "demo-debezium"):
         self.sink = sink
         self.logs = logs
+        self.label = label
         self.config_file = logs / "capture.json"
         self.config_file.write_text(json.dumps(config or capture_config(sink), indent=1))
         self.process: subprocess.Popen | None = None
@@ -253,7 +288,7 @@ class CaptureProcess:
     def check_alive(self) -> None:
         if self.process is not None and self.process.poll() is not None:
             err = (self.logs / f"capture-{self.runs}.err").read_text(errors="replace")[-3000:]
-            raise SystemExit(f"demo-debezium: the capture ended with exit code "
+            raise SystemExit(f"{self.label}: the capture ended with exit code "
                              f"{self.process.returncode}: {err}")
 
     def kill(self) -> None:
@@ -273,7 +308,7 @@ class CaptureProcess:
             self.process.kill()
             code = self.process.wait()
         if code != 0:
-            print(f"demo-debezium: the capture did not stop gracefully (exit code {code}): see "
+            print(f"{self.label}: the capture did not stop gracefully (exit code {code}): see "
                   f"{self.logs / f'capture-{self.runs}.err'}", flush=True)
 
     def offsets_flushed_at(self) -> int:
@@ -291,17 +326,18 @@ class CaptureProcess:
         last = self.offsets_flushed_at()
         if not last or self.seconds_since_flush() > interval - margin.total_seconds():
             wait_for(lambda: self.offsets_flushed_at() != last, interval + 30,
-                     "Debezium's next offset flush", self.check_alive)
+                     "Debezium's next offset flush", self.check_alive, label=self.label)
         # A flush writes the store twice, 1.5 s apart or more on a busy machine: wait until
         # it rests, so the mark the restart is checked against is the flush's last write.
         wait_for(lambda: self.seconds_since_flush() >= FLUSH_SETTLE_SECONDS, 60,
-                 "Debezium's offset flush to end", self.check_alive)
+                 "Debezium's offset flush to end", self.check_alive, label=self.label)
 
     def seconds_since_flush(self) -> float:
         return time.time() - self.offsets_flushed_at() / 1e9
 
 
-def wait_for(predicate, timeout: float, what: str, check=None, poll: float = 0.3):
+def wait_for(predicate, timeout: float, what: str, check=None, poll: float = 0.3,
+             label: str = "demo-debezium"):
     deadline = time.monotonic() + timeout
     while True:
         if check is not None:
@@ -310,7 +346,7 @@ def wait_for(predicate, timeout: float, what: str, check=None, poll: float = 0.3
         if result:
             return result
         if time.monotonic() > deadline:
-            raise SystemExit(f"demo-debezium: timed out after {timeout:.0f} s waiting for {what}")
+            raise SystemExit(f"{label}: timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(poll)
 
 
@@ -325,13 +361,15 @@ class DemoRun:
     unflushed_at_kill: bool | None = None
 
 
-def environment(sink: Path, start: datetime, window_seconds: int, lateness: float) -> dict:
+def environment(sink: Path, start: datetime, window_seconds: int, lateness: float,
+                db: SourceDatabase | None = None) -> dict:
     """The DAG's configuration (dags/debezium_to_iceberg.py reads it when parsed)."""
+    db = db or POSTGRES
     return {
         "CDC_DEBEZIUM_PREFIX": str(sink),
-        "CDC_DEBEZIUM_TOPIC_PREFIX": TOPIC_PREFIX,
-        "CDC_DEBEZIUM_STREAM_ID": STREAM_ID,
-        "CDC_DEBEZIUM_KEY_COLUMNS": json.dumps(KEY_COLUMNS),
+        "CDC_DEBEZIUM_TOPIC_PREFIX": db.topic_prefix,
+        "CDC_DEBEZIUM_STREAM_ID": db.stream_id,
+        "CDC_DEBEZIUM_KEY_COLUMNS": json.dumps(db.key_columns),
         "CDC_DEBEZIUM_FLUSH_LATENESS_SECONDS": str(lateness),
         "CDC_START": start.isoformat(),
         "CDC_WINDOW_SECONDS": str(window_seconds),
@@ -340,28 +378,32 @@ def environment(sink: Path, start: datetime, window_seconds: int, lateness: floa
     }
 
 
-def wait_until_captured(source, moment: datetime, capture: CaptureProcess) -> None:
+def wait_until_captured(source, moment: datetime, capture: CaptureProcess,
+                        stream_id: str = STREAM_ID) -> None:
     """Wait until a heartbeat in the sink proves every change before ``moment`` is in its
     files: the source's own readiness rule, for a window ending at ``moment``."""
     from airflow_cdc.model import Window
 
-    probe = Window(STREAM_ID, moment - timedelta(seconds=1), moment)
+    probe = Window(stream_id, moment - timedelta(seconds=1), moment)
     wait_for(lambda: source.readiness(probe, datetime.now(timezone.utc), (), None).ready, 120,
              f"a heartbeat proving the changes before {moment.isoformat()} are in the sink",
-             capture.check_alive)
+             capture.check_alive, label=capture.label)
 
 
-def restart_once_planned(capture: CaptureProcess, window, run: DemoRun, errors: list) -> None:
+def restart_once_planned(capture: CaptureProcess, window, run: DemoRun, errors: list,
+                         db: SourceDatabase | None = None) -> None:
     """Kill the capture as soon as ``window`` is planned, then start it again (a thread next
     to the window's DAG run): what it wrote since its last offset flush comes again, in
     files the next window reads."""
     from airflow_cdc.state import StateStore
 
+    db = db or POSTGRES
     try:
         store = StateStore(StateStore.default_url())
         try:
             wait_for(lambda: store.get_window(window.stream_id, window.start) is not None, 300,
-                     f"window {window.window_id} to be planned", capture.check_alive, poll=0.2)
+                     f"window {window.window_id} to be planned", capture.check_alive, poll=0.2,
+                     label=db.label)
         finally:
             store.close()
         flushed = capture.offsets_flushed_at()
@@ -369,42 +411,44 @@ def restart_once_planned(capture: CaptureProcess, window, run: DemoRun, errors: 
         run.unflushed_at_kill = flushed == run.flush_mark
         flushes = ("no offset flush since the phase began" if run.unflushed_at_kill
                    else "but Debezium flushed its offsets after the phase began")
-        print(f"demo-debezium: window {window.window_id} planned: capture killed "
+        print(f"{db.label}: window {window.window_id} planned: capture killed "
               f"{time.monotonic() - run.phase_began:.0f} s after the phase began ({flushes}), "
               f"starting it again", flush=True)
-        wait_slot_released()
+        db.capture_gone()
         capture.start()
     except BaseException as error:  # noqa: BLE001 - re-raised on the main thread
         errors.append(error)
 
 
 def run_windows(dag, capture: CaptureProcess, source, start: datetime, window: timedelta,
-                lateness: timedelta, workload: list[Phase]) -> DemoRun:
+                lateness: timedelta, workload: list[Phase],
+                db: SourceDatabase | None = None) -> DemoRun:
     from airflow.utils.state import DagRunState
 
     from airflow_cdc.model import Window
 
+    db = db or POSTGRES
     run = DemoRun()
     for index, phase in enumerate(workload, start=1):
         end = start + window * index
-        current = Window(STREAM_ID, end - window, end)
+        current = Window(db.stream_id, end - window, end)
         if phase.restart_capture:
             capture.wait_for_flush_room(RESTART_MARGIN)
             run.flush_mark = capture.offsets_flushed_at()
             run.phase_began = time.monotonic()
         for statement in phase.statements:
-            execute(statement)
+            db.execute(statement)
         done = datetime.now(timezone.utc)
-        print(f"demo-debezium: W{index} [{(end - window).time()}, {end.time()}): {phase.title}",
+        print(f"{db.label}: W{index} [{(end - window).time()}, {end.time()}): {phase.title}",
               flush=True)
         due = max(end, done) + lateness
         time.sleep(max(0.0, (due - datetime.now(timezone.utc)).total_seconds()))
-        wait_until_captured(source, max(end, done), capture)
+        wait_until_captured(source, max(end, done), capture, db.stream_id)
         errors: list = []
         helper = None
         if phase.restart_capture:
             helper = threading.Thread(target=restart_once_planned,
-                                      args=(capture, current, run, errors), daemon=True)
+                                      args=(capture, current, run, errors, db), daemon=True)
             helper.start()
         began = time.monotonic()
         dag_run = dag.test(logical_date=end)
@@ -415,21 +459,21 @@ def run_windows(dag, capture: CaptureProcess, source, start: datetime, window: t
             if errors:
                 raise errors[0]
         run.windows.append((end, state, seconds))
-        print(f"demo-debezium: W{index} ending {end.isoformat()}: {state} in {seconds:.0f} s",
+        print(f"{db.label}: W{index} ending {end.isoformat()}: {state} in {seconds:.0f} s",
               flush=True)
         if state != DagRunState.SUCCESS:
-            raise SystemExit(f"demo-debezium: the DAG run of W{index} (ending {end}) ended {state}")
+            raise SystemExit(f"{db.label}: the DAG run of W{index} (ending {end}) ended {state}")
     return run
 
 
 # --- the numbers ------------------------------------------------------------------------------
-def window_counts() -> dict:
+def window_counts(stream_id: str = STREAM_ID) -> dict:
     """events and duplicates summed over the stream's windows in the state store."""
     from airflow_cdc.state import StateStore
 
     store = StateStore(StateStore.default_url())
     try:
-        records = store.list_windows(STREAM_ID)
+        records = store.list_windows(stream_id)
     finally:
         store.close()
     totals = {"events": 0, "duplicates": 0}
@@ -439,12 +483,13 @@ def window_counts() -> dict:
     return totals
 
 
-def streamed_transactions(warehouse: Path) -> int:
+def streamed_transactions(warehouse: Path, stream_id: str = STREAM_ID) -> int:
     """Distinct source transactions of the streamed (not snapshot) changes in the changelog
-    (their ids are PostgreSQL's txIds: :func:`~airflow_cdc.sources.debezium.records.transaction_key`)."""
+    (their ids as :func:`~airflow_cdc.sources.debezium.records.transaction_key` reads them:
+    PostgreSQL's txIds, MariaDB's GTIDs)."""
     from demo.compare import read_iceberg_rows
 
-    rows = read_iceberg_rows(warehouse / "cdc" / f"{STREAM_ID}_changelog")
+    rows = read_iceberg_rows(warehouse / "cdc" / f"{stream_id}_changelog")
     xids = set()
     for row in rows:
         metadata = json.loads(row.get("source_metadata_json") or "{}")
@@ -452,15 +497,16 @@ def streamed_transactions(warehouse: Path) -> int:
                 "false", "none"):
             continue
         if row.get("transaction_id"):
-            xids.add(str(row["transaction_id"]))  # the txId (envelope.transaction_key)
+            xids.add(str(row["transaction_id"]))
     return len(xids)
 
 
-def compare(warehouse: Path) -> dict:
-    """Every target and every source table, row by row, typed and exact."""
+def compare(warehouse: Path, truth: dict | None = None) -> dict:
+    """Every target and every source table (``truth``: the tables read straight from the
+    database, PostgreSQL's by default), row by row, typed and exact."""
     from demo.datastream import compare_targets
 
-    truth = source_tables()
+    truth = source_tables() if truth is None else truth
     namespace = warehouse / "current"
     for folder in sorted(namespace.iterdir()) if namespace.is_dir() else []:
         if not folder.name.endswith(("__tombstones", "__history")):  # apply's own tables
@@ -468,9 +514,28 @@ def compare(warehouse: Path) -> dict:
     return compare_targets(warehouse, truth)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base", default=str(ROOT / ".demo-debezium"), help="working folder")
+POSTGRES = SourceDatabase(
+    label="demo-debezium",
+    title=__doc__.splitlines()[0],
+    base=".demo-debezium",
+    stream_id=STREAM_ID,
+    topic_prefix=TOPIC_PREFIX,
+    key_columns=KEY_COLUMNS,
+    recreate=recreate_database,
+    execute=execute,
+    source_tables=source_tables,
+    capture_config=capture_config,
+    phases=phases,
+    capture_gone=wait_slot_released,
+    cleanup=drop_slot,  # a slot left behind would keep WAL on this machine for ever
+)
+
+
+def main(argv: list[str] | None = None, db: SourceDatabase | None = None) -> int:
+    """Run the demo on ``db`` (PostgreSQL by default): the module docstring's steps."""
+    db = db or POSTGRES
+    parser = argparse.ArgumentParser(description=db.title)
+    parser.add_argument("--base", default=str(ROOT / db.base), help="working folder")
     parser.add_argument("--window-seconds", type=int, default=20)
     parser.add_argument("--lateness-seconds", type=float, default=3.0,
                         help="flush lateness: the sink's rotation (0.5 s) plus slack")
@@ -480,51 +545,58 @@ def main(argv: list[str] | None = None) -> int:
     sink, logs = base / "sink", base / "logs"
     logs.mkdir(parents=True)
     started = time.monotonic()
-    window = timedelta(seconds=args.window_seconds)
-    lateness = timedelta(seconds=args.lateness_seconds)
 
-    recreate_database()
+    db.recreate()
     subprocess.run([str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
                    check=True, stdout=subprocess.DEVNULL)
     windows_start = datetime.now(timezone.utc).replace(microsecond=0)
-    os.environ.update(environment(sink, windows_start, args.window_seconds, args.lateness_seconds))
+    os.environ.update(environment(sink, windows_start, args.window_seconds, args.lateness_seconds,
+                                  db))
     from airflow.dag_processing.dagbag import DagBag
 
     from airflow_cdc.sources.debezium.source import DebeziumSource
 
     bag = DagBag(str(ROOT / "dags"))
     if DAG_ID not in bag.dags:
-        raise SystemExit(f"demo-debezium: the example DAG does not import: {bag.import_errors}")
-    source = DebeziumSource({"prefix": str(sink), "topic_prefix": TOPIC_PREFIX,
-                             "key_columns": KEY_COLUMNS,
+        raise SystemExit(f"{db.label}: the example DAG does not import: {bag.import_errors}")
+    source = DebeziumSource({"prefix": str(sink), "topic_prefix": db.topic_prefix,
+                             "key_columns": db.key_columns,
                              "settings": {"flush_lateness_seconds": args.lateness_seconds}})
 
-    capture = CaptureProcess(sink, logs)
+    capture = CaptureProcess(sink, logs, db.capture_config(sink), label=db.label)
     capture.start()
     try:
-        wait_for(lambda: (sink / "topics" / f"__debezium-heartbeat.{TOPIC_PREFIX}").is_dir(), 120,
-                 "the capture's snapshot and first heartbeat", capture.check_alive)
-        print(f"demo-debezium: capture streaming after {time.monotonic() - started:.0f} s; "
+        wait_for(lambda: (sink / "topics" / f"__debezium-heartbeat.{db.topic_prefix}").is_dir(),
+                 180, "the capture's snapshot and first heartbeat", capture.check_alive,
+                 label=db.label)
+        print(f"{db.label}: capture streaming after {time.monotonic() - started:.0f} s; "
               f"windows of {args.window_seconds} s from {windows_start.isoformat()}", flush=True)
-        run = run_windows(bag.dags[DAG_ID], capture, source, windows_start, window, lateness,
-                          phases())
+        run = run_windows(bag.dags[DAG_ID], capture, source, windows_start,
+                          timedelta(seconds=args.window_seconds),
+                          timedelta(seconds=args.lateness_seconds), db.phases(), db)
     finally:
         capture.stop()
-        drop_slot()  # a slot left behind would keep WAL on this machine for ever
+        db.cleanup()
+    return summary(db, base, run, capture.runs, started)
 
-    counts = window_counts()
-    transactions = streamed_transactions(base / "warehouse")
-    result = compare(base / "warehouse")
+
+def summary(db: SourceDatabase, base: Path, run: DemoRun, capture_runs: int,
+            started: float) -> int:
+    """Compare the targets with the tables, print the figures and the last line; the exit
+    code (0 only with no mismatch and at least one redelivered change dropped)."""
+    counts = window_counts(db.stream_id)
+    transactions = streamed_transactions(base / "warehouse", db.stream_id)
+    result = compare(base / "warehouse", db.source_tables())
     for table, detail in result["tables"].items():
-        print(f"demo-debezium: {table}: {detail}", flush=True)
-    print(f"demo-debezium: {len(run.windows)} windows, {capture.runs} capture runs, "
+        print(f"{db.label}: {table}: {detail}", flush=True)
+    print(f"{db.label}: {len(run.windows)} windows, {capture_runs} capture runs, "
           f"{time.monotonic() - started:.0f} s", flush=True)
     ok = result["mismatches"] == 0 and counts["duplicates"] >= 1
     if counts["duplicates"] < 1:
-        print("demo-debezium: the capture restart redelivered no change (duplicates=0)",
+        print(f"{db.label}: the capture restart redelivered no change (duplicates=0)",
               flush=True)
     print(
-        f"demo-debezium: {'OK' if ok else 'MISMATCH'} windows={len(run.windows)} "
+        f"{db.label}: {'OK' if ok else 'MISMATCH'} windows={len(run.windows)} "
         f"events={counts['events']} transactions={transactions} "
         f"duplicates={counts['duplicates']} target_rows={result['target_rows']} "
         f"mismatches={result['mismatches']}"
