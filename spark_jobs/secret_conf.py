@@ -22,6 +22,10 @@ class SecretConfError(CdcError):
     """The secret conf file the job was submitted with cannot be read."""
 
 
+class CatalogLoadError(CdcError):
+    """A catalog the job is configured with cannot be loaded."""
+
+
 def load_secret_conf(spark) -> list[str]:
     """Set every property of the job's secret conf file on ``spark``; return their keys.
 
@@ -46,12 +50,41 @@ def _load_catalogs_and_forget(spark, values: dict) -> None:
     and the UI show unredacted. A loaded catalog keeps its own copy (CatalogManager caches it)."""
     prefix = "spark.sql.catalog."
     names = {key[len(prefix):].split(".", 1)[0] for key in values if key.startswith(prefix)}
-    manager = spark._jsparkSession.sessionState().catalogManager()
     for name in sorted(names):
-        manager.catalog(name)
+        load_catalog(spark, name)
     for key in values:
         if key.startswith(prefix):  # a job's own secret settings stay: it reads them itself
             spark.conf.unset(str(key))
+
+
+def load_catalog(spark, name: str) -> None:
+    """Load the session's catalog ``name`` now; one that cannot be loaded (a REST catalog's
+    server unreachable or refusing the credentials) fails naming its type and URI, which
+    Iceberg's own error leaves out ("Error occurred while processing GET request")."""
+    try:
+        spark._jsparkSession.sessionState().catalogManager().catalog(name)
+    except Exception as error:  # noqa: BLE001 - py4j's error carries Java's cause chain
+        prefix = f"spark.sql.catalog.{name}"
+        kind = spark.conf.get(f"{prefix}.type", None) or spark.conf.get(prefix, None)
+        uri = spark.conf.get(f"{prefix}.uri", None)
+        raise CatalogLoadError(
+            f"Iceberg catalog {name!r} (type {kind}, uri {uri}) could not be loaded: "
+            f"{_java_causes(error)}. Check that the uri is the catalog's endpoint as the Spark "
+            f"driver reaches it, and the catalog's credential or token"
+        ) from error
+
+
+def _java_causes(error: Exception) -> str:
+    """The messages of a Java exception and its causes, outermost first (the Python error's
+    first line when it carries no Java exception)."""
+    java = getattr(error, "java_exception", None)
+    if java is None:
+        return str(error).splitlines()[0] if str(error) else type(error).__name__
+    messages = []
+    while java is not None and len(messages) < 8:
+        messages.append(str(java.toString()))
+        java = java.getCause()
+    return " <- caused by: ".join(messages)
 
 
 def _read(spark, path: str) -> str:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from airflow.providers.common.compat.sdk import BaseHook
 
@@ -120,13 +121,13 @@ def catalog_from_connection(
         raise IcebergCatalogConnectionError(
             f"connection {conn_id!r}: extra kind {kind!r} is not one of {list(KINDS)}"
         )
-    uri = _full_uri(kind, uri, port)
     project, location = options.pop("project", None), options.pop("location", None)
     fields: dict[str, Any] = {"name": catalog_name, **options, "kind": kind}
     fields["warehouse"] = options.get("warehouse") or schema or ""
     unused = [name for name, value in (("project", project), ("location", location)) if value]
-    unused = _connect_fields(fields, kind, uri, login, password, unused)
     try:
+        uri = _full_uri(kind, uri, port)
+        unused = _connect_fields(fields, kind, uri, login, password, unused)
         if unused:
             raise ValueError(f"{unused} mean nothing to a {kind} catalog: leave them empty")
         if kind == "rest":
@@ -138,13 +139,29 @@ def catalog_from_connection(
 
 def _full_uri(kind: str, uri: str | None, port: int | None) -> str | None:
     """A bare host name as the catalog's URI: ``thrift://host:port`` for a Hive metastore,
-    ``https://host[:port]`` for a REST catalog; any other URI as given."""
+    ``https://host[:port]`` for a REST catalog; a REST URI without a port takes the port
+    field's (the form's separate Port field would otherwise be dropped); any other URI as
+    given. A port field that contradicts the URI's own port is refused."""
+    if uri and port and kind == "rest" and "://" in uri:
+        return _rest_uri_with_port(uri, port)
     if not uri or "://" in uri or uri.startswith("jdbc:"):
         return uri
     if kind == "hive":
         return f"thrift://{uri}:{port or HIVE_METASTORE_PORT}"
     if kind == "rest":
         return f"https://{uri}" + (f":{port}" if port else "")
+    return uri
+
+
+def _rest_uri_with_port(uri: str, port: int) -> str:
+    parts = urlsplit(uri)
+    if parts.port is None:
+        return urlunsplit(parts._replace(netloc=f"{parts.netloc}:{port}"))
+    if parts.port != int(port):
+        raise ValueError(
+            f"uri {uri!r} names port {parts.port} but the port field is {port}: leave the "
+            f"port field empty or make them agree"
+        )
     return uri
 
 
