@@ -493,7 +493,7 @@ def _hint(text: str) -> str:
         )
     if "binlog" in lowered or "log_bin" in lowered or "binary log" in lowered:
         return (
-            " Fix: the MySQL connector needs the binary log on (log_bin, binlog_format=ROW, "
+            " Fix: the MySQL and MariaDB connectors need the binary log on (log_bin, binlog_format=ROW, "
             "binlog_row_image=FULL, a server_id) and a server restart."
         )
     if "replication slot" in lowered and "active" in lowered:

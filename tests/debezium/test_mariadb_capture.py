@@ -64,6 +64,9 @@ def captured(tmp_path_factory):
             "database.port": 3306, "database.user": "root", "database.password": "",
             "database.server.id": 184_077, "topic.prefix": PREFIX, "database.include.list": DB,
             "heartbeat.interval.ms": 500, "include.schema.changes": False,
+            # A server heartbeat every 1.6 s while idle: the first heartbeat, which starts
+            # the changes below, comes well before the capture's idle stop.
+            "connect.keep.alive.interval.ms": 2000,
         }}))
 
     def change_once_streaming():
@@ -79,7 +82,7 @@ def captured(tmp_path_factory):
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "airflow_cdc.cli", "capture", "debezium", "--config", str(config),
-             "--until-idle", "4", "--max-seconds", "170"],
+             "--until-idle", "8", "--max-seconds", "170"],
             capture_output=True, text=True, cwd=ROOT, timeout=240)
     finally:
         changer.join(timeout=5)
