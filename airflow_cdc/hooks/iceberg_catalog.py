@@ -3,9 +3,10 @@
 
 Connection fields (docs/catalogs.md has an ``AIRFLOW_CONN_...`` example per catalog):
 
-* host: the catalog's URI: a REST endpoint (``https://...``), a Hive metastore
-  (``thrift://host:9083``, or a bare host with the port field) or a JDBC URL
-  (``jdbc:postgresql://...``); extra ``uri`` overrides it. Empty for a Hadoop catalog.
+* host: the catalog's URI: a REST endpoint (``https://...``; the port field completes one
+  that names no port), a Hive metastore (``thrift://host:9083``, or a bare host with the port
+  field) or a JDBC URL (``jdbc:postgresql://...``); extra ``uri`` overrides it. Empty for a
+  Hadoop catalog.
 * schema: the warehouse (a path or URI; for Polaris and Lakekeeper the catalog's name);
   extra ``warehouse`` overrides it.
 * login / password: REST: OAuth2 client id and secret, or no login and a bearer token as

@@ -216,3 +216,15 @@ def test_an_unreachable_rest_uri_fails_naming_the_uri(spark, monkeypatch, tmp_pa
     with pytest.raises(CatalogLoadError, match=rf"'{name}' \(type rest, uri {uri}\) could not be "
                                                rf"loaded: .*Connection refused"):
         load_with_secret_conf(spark, tmp_path, catalog)
+
+
+def test_a_rest_connection_whose_port_field_contradicts_its_uri_is_refused(monkeypatch):
+    from airflow_cdc.hooks.iceberg_catalog import IcebergCatalogConnectionError
+
+    monkeypatch.setenv("AIRFLOW_CONN_REST_PORTS", json.dumps(
+        {"conn_type": "iceberg_catalog", "host": "http://127.0.0.1:8181/api", "port": 9191}))
+
+    with pytest.raises(IcebergCatalogConnectionError,
+                       match="'rest_ports': uri 'http://127.0.0.1:8181/api' names port 8181 but "
+                             "the port field is 9191"):
+        IcebergCatalogHook(iceberg_conn_id="rest_ports").get_catalog()
