@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from airflow_cdc.spark.environment import ICEBERG_RUNTIMES, ICEBERG_VERSION, iceberg_runtime_package
 from airflow_cdc.spark.job import SECRET_CONF_FILE_KEY, SparkJobError, SparkJobResult, SparkJobSpec
 from airflow_cdc.work_root import is_local, local_path, read_text, remove, work_path, write_text
 
@@ -127,6 +128,8 @@ class _DataprocRunner:
     labels: Mapping[str, str] = field(default_factory=dict)
     poll_seconds: float = DEFAULT_POLL_SECONDS
     logger: logging.Logger = field(default=log, repr=False)
+    # (Spark minor, Scala) of the image the jobs run on (:func:`image_spark`); None: as given.
+    image_spark: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         self.staging = Staging(self.work_root)
@@ -235,6 +238,7 @@ class DataprocJobRunner(_DataprocRunner):
         running = self.running(spec)
         if running is not None:
             return running
+        spec = with_image_runtime(spec, self.image_spark)
         job_id = resource_id(spec.name)
         job = {
             "reference": {"project_id": self.project_id, "job_id": job_id},
@@ -294,6 +298,7 @@ class DataprocBatchRunner(_DataprocRunner):
         running = self.running(spec)
         if running is not None:
             return running
+        spec = with_image_runtime(spec, self.image_spark)
         batch_id = resource_id(spec.name)
         execution = {k: v for k, v in (("subnetwork_uri", self.subnetwork_uri),
                                        ("service_account", self.service_account),
@@ -371,6 +376,63 @@ def driver_output_tail(uri: str | None, lines: int = DRIVER_TAIL_LINES) -> list[
     return [f"(driver output at {uri} could not be read here)"]
 
 
+# --- the image's Spark and its Iceberg runtime ---------------------------------------------------
+# The Spark (minor version, Scala) each Dataproc image or Serverless runtime runs, from Google's
+# version pages: the Iceberg runtime is built per Spark minor and Scala, so a job names the one
+# for the image it runs on (Serverless 2.x runs Scala 2.13 where the 1.x line runs 2.12).
+DATAPROC_IMAGE_SPARK: dict[str, tuple[str, str]] = {
+    "2.1": ("3.3", "2.12"), "2.2": ("3.5", "2.12"), "2.3": ("3.5", "2.12"), "3.0": ("4.0", "2.13"),
+}
+SERVERLESS_RUNTIME_SPARK: dict[str, tuple[str, str]] = {
+    "1.1": ("3.3", "2.12"), "1.2": ("3.5", "2.12"), "2.1": ("3.4", "2.13"),
+    "2.2": ("3.5", "2.13"), "2.3": ("3.5", "2.13"), "3.0": ("4.0", "2.13"),
+}
+_ICEBERG_RUNTIME = re.compile(r"^org\.apache\.iceberg:iceberg-spark-runtime-[^:]+:(?P<version>[^:]+)$")
+_ICEBERG_RUNTIME_JAR = re.compile(r"(^|/)iceberg-spark-runtime-[^/]*\.jar$")
+
+
+def image_spark(version: str | None, serverless: bool = False) -> tuple[str, str] | None:
+    """The (Spark minor, Scala) of a Dataproc image (``"2.2"``, ``"2.2-debian12"``,
+    ``"2.2.45-ubuntu22"``) or, with ``serverless``, a Serverless runtime (``"2.2"``); None when
+    no version is given (the cluster's default image: the catalog's runtime stays as it is)."""
+    if not version:
+        return None
+    table, what = ((SERVERLESS_RUNTIME_SPARK, "Serverless runtime") if serverless
+                   else (DATAPROC_IMAGE_SPARK, "Dataproc image"))
+    match = re.match(r"^(\d+\.\d+)", str(version))
+    if match is None or match.group(1) not in table:
+        raise ValueError(
+            f"{what} {version!r} is not one whose Spark is known here ({sorted(table)}): give "
+            f"its major.minor version, or leave it out and give the catalog "
+            f"packages=['org.apache.iceberg:iceberg-spark-runtime-<spark>_<scala>:<iceberg>']")
+    spark = table[match.group(1)]
+    if spark[0] not in ICEBERG_RUNTIMES:
+        raise ValueError(
+            f"{what} {version!r} runs Spark {spark[0]}, for which Iceberg {ICEBERG_VERSION} has "
+            f"no runtime (it has one for Spark {sorted(ICEBERG_RUNTIMES)}): use a newer image, or "
+            f"leave the version out and give the catalog packages=[...] of a runtime that works")
+    return spark
+
+
+def with_image_runtime(spec: SparkJobSpec, spark: tuple[str, str] | None) -> SparkJobSpec:
+    """``spec`` naming the Iceberg runtime of the image's Spark: an Iceberg Spark runtime among
+    its packages becomes the one for ``spark`` (same Iceberg version), and a runtime jar of
+    the Airflow worker's own Spark among its jars (built for another Spark, or Scala) becomes
+    that coordinate, resolved by the cluster. Unchanged when ``spark`` is None or the spec
+    names no Iceberg runtime."""
+    if spark is None:
+        return spec
+    runtimes = [p for p in spec.packages if _ICEBERG_RUNTIME.match(p)]
+    local_runtimes = [j for j in spec.jars if _ICEBERG_RUNTIME_JAR.search(j)]
+    if not runtimes and not local_runtimes:
+        return spec
+    version = _ICEBERG_RUNTIME.match(runtimes[0]).group("version") if runtimes else ICEBERG_VERSION
+    runtime = iceberg_runtime_package(spark[0], spark[1], iceberg_version=version)
+    return replace(spec,
+                   packages=(runtime, *(p for p in spec.packages if p not in runtimes)),
+                   jars=tuple(j for j in spec.jars if j not in local_runtimes))
+
+
 # --- what a DAG says ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class DataprocCluster:
@@ -383,11 +445,18 @@ class DataprocCluster:
     impersonation_chain: str | Sequence[str] | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     poll_seconds: float = DEFAULT_POLL_SECONDS
+    # The cluster's image version ("2.2", "3.0-debian12"): the jobs then name the Iceberg
+    # runtime of its Spark (:data:`DATAPROC_IMAGE_SPARK`) whatever the catalog was built for.
+    image_version: str | None = None
+
+    def __post_init__(self) -> None:
+        image_spark(self.image_version)  # an unknown image is refused when the DAG is parsed
 
     def runner(self, hook, project_id: str, work_root: str, logger=None) -> DataprocJobRunner:
         return DataprocJobRunner(hook=hook, region=self.region, project_id=project_id,
                                  work_root=work_root, labels=self.labels,
                                  poll_seconds=self.poll_seconds, logger=logger or log,
+                                 image_spark=image_spark(self.image_version),
                                  cluster_name=self.cluster_name)
 
 
@@ -409,10 +478,14 @@ class DataprocServerless:
     labels: Mapping[str, str] = field(default_factory=dict)
     poll_seconds: float = DEFAULT_POLL_SECONDS
 
+    def __post_init__(self) -> None:
+        image_spark(self.runtime_version, serverless=True)  # refused when the DAG is parsed
+
     def runner(self, hook, project_id: str, work_root: str, logger=None) -> DataprocBatchRunner:
         return DataprocBatchRunner(hook=hook, region=self.region, project_id=project_id,
                                    work_root=work_root, labels=self.labels,
                                    poll_seconds=self.poll_seconds, logger=logger or log,
+                                   image_spark=image_spark(self.runtime_version, serverless=True),
                                    runtime_version=self.runtime_version,
                                    subnetwork_uri=self.subnetwork_uri,
                                    service_account=self.service_account,
