@@ -313,12 +313,16 @@ def doctor_report() -> tuple[list[str], list[str]]:
     else:
         lines.append(f"spark: {spark.version} (Scala {spark.scala}) from {spark.found_by} {spark.home}")
         try:
-            runtime_jars, packages = IcebergCatalog().runtime()
+            catalog = IcebergCatalog()  # the default warehouse's ($AIRFLOW_CDC_WAREHOUSE)
+            runtime_jars, packages = catalog.runtime()
         except (CdcError, ValueError) as error:
             problems.append(str(error))
         else:
             for jar in runtime_jars:
-                lines.append(f"iceberg: {jar} (from the jar folder {jars_cache_dir()})")
+                what = "gcs connector" if Path(jar).name.startswith("gcs-connector-") else "iceberg"
+                lines.append(f"{what}: {jar} (from the jar folder {jars_cache_dir()})")
+            if catalog.missing_gcs_connector():
+                problems.append(catalog.missing_gcs_connector())
             for package in packages:
                 lines.append(f"iceberg: {package} (resolved by Spark from Maven Central through "
                              f"spark.jars.packages; Ivy cache {ivy_dir() or '~/.ivy2'})")

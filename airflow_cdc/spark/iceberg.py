@@ -56,6 +56,13 @@ JDBC_DRIVER_PACKAGES = {
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 JARS_DIR_ENV = "AIRFLOW_CDC_JARS_DIR"
 IVY_DIR_ENV = "AIRFLOW_CDC_IVY_DIR"
+# Google's Cloud Storage connector, Hadoop's file system for gs:// (the jar with its
+# dependencies shaded, for Hadoop 3): a Hadoop catalog on gs:// and Spark's own readers and
+# writers of gs:// paths (Datastream's event files; a work root's files where the job's driver
+# has no gcsfs) need it on a Spark that lacks it (Dataproc's images have their own). Spark's
+# resolver takes no classifier, so it comes from the jar folder (:func:`fetch_with_maven`,
+# ``gcs-connector``).
+GCS_CONNECTOR = "com.google.cloud.bigdataoss:gcs-connector:3.1.18:shaded"
 
 
 class IcebergProvisioningError(CdcError):
@@ -161,11 +168,53 @@ def fetch_jars(coordinates: list[str] | tuple[str, ...], folder: Path | None = N
     return paths
 
 
+def fetch_with_maven(coordinate: str, folder: Path | None = None) -> Path:
+    """Put the jar of ``coordinate`` (``group:artifact:version[:classifier]``) into ``folder``
+    (the jar folder by default) with the machine's Maven client, unless it is there: for
+    jars Spark's resolver cannot name (a classifier, as the GCS connector's shaded jar has).
+    Lands under a temporary name and is renamed, as :func:`fetch_jars` does."""
+    folder = folder or jars_cache_dir()
+    target = folder / jar_file_name(coordinate)
+    if target.is_file():
+        return target
+    group, artifact, version, *classifier = coordinate.split(":")
+    maven = shutil.which("mvn")
+    if maven is None:
+        raise IcebergProvisioningError(
+            f"the jar folder {folder} lacks {target.name} and this machine has no Maven client "
+            f"(mvn) to fetch {coordinate} with: install Maven, or download that jar from Maven "
+            f"Central into {folder}"
+        )
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="cdc-maven-", dir=folder) as staging:
+        artifact_spec = ":".join([group, artifact, version, "jar", *classifier])
+        proc = subprocess.run(
+            [maven, "-q", "-B", "dependency:copy", f"-Dartifact={artifact_spec}",
+             f"-DoutputDirectory={staging}"],
+            capture_output=True, text=True,
+        )
+        fetched = Path(staging, target.name)
+        if not fetched.is_file():
+            raise IcebergProvisioningError(
+                f"Maven could not fetch {coordinate} into {folder} (exit {proc.returncode}): "
+                f"{(proc.stdout + proc.stderr)[-2000:]}"
+            )
+        os.replace(fetched, target)
+    return target
+
+
+# What ``python -m airflow_cdc.spark.iceberg`` takes besides Iceberg's bundles.
+MAVEN_JARS = {"gcs-connector": GCS_CONNECTOR}
+
+
 def provision_iceberg_jars(bundles: tuple[str, ...] = ()) -> list[str]:
     """Fill the jar folder with the Iceberg runtime for this interpreter's pyspark (and the
-    named Iceberg bundles, e.g. ``iceberg-gcp-bundle``); their paths. What ``make setup`` runs."""
-    coordinates = [local_runtime_package(), *(f"org.apache.iceberg:{b}:{_iceberg_version()}" for b in bundles)]
-    return [str(p) for p in fetch_jars(coordinates)]
+    named Iceberg bundles, e.g. ``iceberg-gcp-bundle``, and jars of :data:`MAVEN_JARS`, e.g.
+    ``gcs-connector``); their paths. What ``make setup`` runs."""
+    iceberg = [b for b in bundles if b not in MAVEN_JARS]
+    coordinates = [local_runtime_package(), *(f"org.apache.iceberg:{b}:{_iceberg_version()}" for b in iceberg)]
+    fetched = [str(p) for p in fetch_jars(coordinates)]
+    return fetched + [str(fetch_with_maven(MAVEN_JARS[b])) for b in bundles if b in MAVEN_JARS]
 
 
 KINDS = ("hadoop", "jdbc", "rest", "hive")
@@ -187,6 +236,7 @@ FILE_IO_BUNDLES = {
     "org.apache.iceberg.aws.s3.S3FileIO": "iceberg-aws-bundle",
     "org.apache.iceberg.azure.adlsv2.ADLSFileIO": "iceberg-azure-bundle",
 }
+GCS_FILE_IO = "org.apache.iceberg.gcp.gcs.GCSFileIO"
 VENDED_CREDENTIALS_HEADER = "X-Iceberg-Access-Delegation"
 # A catalog property (or HTTP header) with a name like these carries a secret: it goes to
 # secret_conf(), never to spark_conf() (which ends on a spark-submit command line).
@@ -248,6 +298,7 @@ class IcebergCatalog:
     vended_credentials: bool | None = None
     headers: Mapping[str, str] = field(default_factory=dict, repr=False, hash=False)
     properties: Mapping[str, str] = field(default_factory=dict, repr=False, hash=False)
+    storage_emulator_host: str | None = None
 
     def __post_init__(self) -> None:
         validate_identifier("Iceberg catalog name", self.name)
@@ -272,6 +323,7 @@ class IcebergCatalog:
             object.__setattr__(self, "warehouse", default_warehouse())
         if kind != "rest":  # a REST warehouse may be a catalog's name, the server's to read
             refuse_half_uri(f"Iceberg catalog {self.name!r} has warehouse", self.warehouse)
+        self._apply_gcs(kind)
         if kind == "jdbc" and not self.jdbc_url:
             raise ValueError(
                 f"Iceberg catalog {self.name!r} is kind 'jdbc' but has no jdbc_url: pass e.g. "
@@ -296,6 +348,40 @@ class IcebergCatalog:
                 f"Iceberg catalog {self.name!r} is kind {kind!r} but sets {rest_only}, which "
                 f"only a REST catalog uses: pass kind='rest' with its uri, or leave them out"
             )
+
+    @property
+    def on_gcs(self) -> bool:
+        """Whether the warehouse is a ``gs://`` URI."""
+        return self.warehouse.startswith("gs://")
+
+    def _apply_gcs(self, kind: str) -> None:
+        """A JDBC catalog's ``gs://`` warehouse is read and written through Iceberg's own
+        GCSFileIO unless ``io_impl`` says otherwise (Iceberg's JDBC catalog would take
+        Hadoop's file systems). A Hadoop catalog's commits are renames in its file system, so
+        it stays on Hadoop's (the GCS connector); a REST catalog's server or a Hive
+        metastore's cluster chooses its own. ``storage_emulator_host`` is a GCS-compatible
+        server reached without credentials (an emulator), as ``STORAGE_EMULATOR_HOST`` names
+        one to Google's Python clients."""
+        if self.io_impl is None and kind == "jdbc" and self.on_gcs:
+            object.__setattr__(self, "io_impl", GCS_FILE_IO)
+        host = self.storage_emulator_host
+        if host is None:
+            return
+        if "://" not in host:
+            host = f"http://{host}"
+        if not re.fullmatch(r"https?://[^/\s]+/?", host):
+            raise ValueError(
+                f"Iceberg catalog {self.name!r} has storage_emulator_host "
+                f"{self.storage_emulator_host!r}: give the emulator's address as "
+                f"http://<host>:<port> (e.g. http://127.0.0.1:4443), without a path"
+            )
+        if kind in ("hadoop", "jdbc") and not self.on_gcs:
+            raise ValueError(
+                f"Iceberg catalog {self.name!r} sets storage_emulator_host but its warehouse "
+                f"{self.warehouse!r} is not on GCS: give a gs://<bucket>/<prefix> warehouse, "
+                f"or leave storage_emulator_host out"
+            )
+        object.__setattr__(self, "storage_emulator_host", host.rstrip("/"))
 
     def _apply_flavor(self) -> None:
         if self.flavor not in REST_FLAVORS:
@@ -416,9 +502,51 @@ class IcebergCatalog:
         coordinates = (iceberg_runtime_package(found.version, found.scala), *self._file_io_bundles())
         local = {c: offline_jar(c) for c in coordinates}
         return (
-            [str(path) for path in local.values() if path is not None],
+            [str(path) for path in local.values() if path is not None] + self._gcs_connector(),
             tuple(c for c, path in local.items() if path is None),
         )
+
+    def _gcs_connector(self) -> list[str]:
+        """The GCS connector's jar for a local Spark and a gs:// warehouse, when the jar
+        folder holds it (see :data:`GCS_CONNECTOR`; :meth:`missing_gcs_connector` says when
+        it does not); a cluster's Spark brings its own."""
+        jar = offline_jar(GCS_CONNECTOR) if self.on_gcs else None
+        return [str(jar)] if jar is not None else []
+
+    def missing_gcs_connector(self) -> str | None:
+        """Why a local Spark cannot open this catalog's gs:// paths, or None: the warehouse
+        is on GCS and the jar folder lacks the connector (what ``airflow-cdc doctor`` reports;
+        a Hadoop catalog then cannot open its tables, and Spark cannot read or write a gs://
+        work root's files)."""
+        if not self.on_gcs or self.packages or self.spark_version or offline_jar(GCS_CONNECTOR):
+            return None
+        return (
+            f"Iceberg catalog {self.name!r} has warehouse {self.warehouse!r}, and the jar folder "
+            f"{jars_cache_dir()} lacks the GCS connector ({jar_file_name(GCS_CONNECTOR)}) a "
+            f"local Spark opens gs:// paths with: run 'python -m airflow_cdc.spark.iceberg "
+            f"iceberg-gcp-bundle gcs-connector' (Maven fetches {GCS_CONNECTOR}), or put that "
+            f"jar there"
+        )
+
+    def hadoop_conf(self, connector: bool) -> dict[str, str]:
+        """Spark's Hadoop configuration for gs:// paths: the connector's file system classes
+        when ``connector`` (its jar is on this job's classpath) and, with
+        ``storage_emulator_host``, the emulator's address without credentials (what the
+        connector, here or a cluster's own, reads)."""
+        conf: dict[str, str] = {}
+        if connector:
+            conf["spark.hadoop.fs.gs.impl"] = "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFileSystem"
+            conf["spark.hadoop.fs.AbstractFileSystem.gs.impl"] = "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFS"
+        if self.storage_emulator_host:
+            conf["spark.hadoop.fs.gs.storage.root.url"] = f"{self.storage_emulator_host}/"
+            conf["spark.hadoop.fs.gs.auth.type"] = "UNAUTHENTICATED"
+            conf["spark.hadoop.fs.gs.project.id"] = self._emulator_project()
+        return conf
+
+    def _emulator_project(self) -> str:
+        # Google's Java clients look for a project before their first call (environment,
+        # credentials, then the metadata server); an emulator takes any name.
+        return self.properties.get("gcs.project-id") or "local-emulator"
 
     def _file_io_bundles(self) -> tuple[str, ...]:
         bundle = FILE_IO_BUNDLES.get(self.io_impl or "")
@@ -484,6 +612,10 @@ class IcebergCatalog:
             headers.setdefault(VENDED_CREDENTIALS_HEADER, "vended-credentials")
         for header, value in headers.items():
             conf[f"{prefix}.header.{header}"] = value
+        if self.storage_emulator_host:  # GCSFileIO's endpoint and anonymous access
+            conf[f"{prefix}.gcs.service.host"] = self.storage_emulator_host
+            conf[f"{prefix}.gcs.no-auth.enabled"] = "true"
+            conf[f"{prefix}.gcs.project-id"] = self._emulator_project()
         for key, value in self.properties.items():
             conf[f"{prefix}.{key}"] = value
         return conf
@@ -506,6 +638,8 @@ class IcebergCatalog:
         conf = {"spark.sql.extensions": ICEBERG_EXTENSIONS}
         conf.update((k, v) for k, v in self.catalog_properties().items() if k not in secret)
         runtime_jars, packages = self.runtime()
+        connector = jar_file_name(GCS_CONNECTOR)
+        conf.update(self.hadoop_conf(any(Path(jar).name == connector for jar in runtime_jars)))
         jars = self.jars(runtime_jars)
         if jars:
             conf["spark.jars"] = ",".join(jars)

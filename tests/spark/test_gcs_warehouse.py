@@ -1,0 +1,219 @@
+"""A local Spark writes a ``gs://`` Iceberg warehouse and a ``gs://`` work root.
+
+The catalog is what a user on GCS runs without Dataproc: a JDBC catalog (the table pointers
+in a database; SQLite here, Cloud SQL there) whose tables live in a bucket, read and written
+through Iceberg's own GCSFileIO (``iceberg-gcp-bundle`` from Maven Central, in the jar folder);
+the work root's hand-over files are objects in the same bucket. The bucket is a local GCS
+emulator (``gcp-storage-emulator``) named to the catalog by ``storage_emulator_host`` and to
+the Python side by ``STORAGE_EMULATOR_HOST``. The Spark jobs are ``spark-submit --master
+local`` processes; the tables are read back with pyiceberg, an independent reader.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from airflow_cdc import work_root
+
+BUCKET = "cdc-lake"
+LOCAL_TABLE_FILES = ("*.parquet", "*.avro", "*.metadata.json", "version-hint.text")
+
+
+@pytest.fixture(scope="module")
+def gcs_jars() -> list[str]:
+    """The Iceberg runtime, iceberg-gcp-bundle and the GCS connector in the jar folder,
+    fetched once (what ``python -m airflow_cdc.spark.iceberg iceberg-gcp-bundle
+    gcs-connector`` does)."""
+    from airflow_cdc.spark.iceberg import provision_iceberg_jars
+
+    return provision_iceberg_jars(("iceberg-gcp-bundle", "gcs-connector"))
+
+
+@pytest.fixture(scope="module")
+def gcs():
+    """The GCS emulator with the bucket, and ``STORAGE_EMULATOR_HOST`` naming it."""
+    from demo.cluster import GcsEmulator
+
+    patch = pytest.MonkeyPatch()
+    with GcsEmulator(BUCKET) as server:
+        patch.setenv("STORAGE_EMULATOR_HOST", server.url)
+        yield server.url
+    patch.undo()
+
+
+def bucket_objects(prefix: str) -> list[str]:
+    """The names of the emulator bucket's objects under ``prefix``, through gcsfs."""
+    fs, path = work_root._object(f"gs://{BUCKET}/{prefix}")
+    fs.invalidate_cache()
+    return sorted(p[len(f"{BUCKET}/"):] for p in fs.find(path))
+
+
+def local_table_files(*folders: Path) -> list[Path]:
+    return [p for folder in folders for pattern in LOCAL_TABLE_FILES for p in folder.rglob(pattern)]
+
+
+def read_table(catalog_db: Path, namespace: str, name: str, emulator: str) -> list[dict]:
+    """The rows of a JDBC-catalog table: its metadata pointer from the catalog's database,
+    the table read by pyiceberg through gcsfs from the emulator."""
+    from pyiceberg.table import StaticTable
+
+    with sqlite3.connect(catalog_db) as db:
+        (location,) = db.execute(
+            "SELECT metadata_location FROM iceberg_tables WHERE table_namespace = ? "
+            "AND table_name = ?", (namespace, name)).fetchone()
+    table = StaticTable.from_metadata(location, {
+        "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO",
+        "gcs.service.host": emulator, "gcs.oauth2.token": "anon"})
+    return table.scan().to_arrow().to_pylist()
+
+
+def test_an_extract_and_an_apply_into_a_gs_warehouse_keep_every_file_in_the_bucket(
+        gcs_jars, gcs, tmp_path, monkeypatch):
+    """Plan and commit here; extract and apply as spark-submit jobs in another folder; the
+    warehouse and the work root are both in the bucket, nothing of either on local disk."""
+    from airflow_cdc_emulators.spanner import (
+        COMMIT_TIMESTAMP,
+        COMMIT_TIMESTAMP_SCHEMA,
+        SpannerEmulator,
+        VersionedDatabase,
+        mutations,
+    )
+    from airflow_cdc.model import Window
+    from airflow_cdc.pipeline.protocol import StreamConfig, commit_window, plan_window
+    from airflow_cdc.sources.registry import build_source
+    from airflow_cdc.sources.spanner.reader import SpannerConnection
+    from airflow_cdc.spark.iceberg import IcebergCatalog
+    from airflow_cdc.spark.job import iceberg_job_spec
+    from airflow_cdc.spark.runners import LocalSparkRunner
+    from airflow_cdc.state import StateStore
+
+    start = datetime(2025, 1, 6, 8, 0, tzinfo=timezone.utc)
+    window = Window("gcs_lake", start, start + timedelta(minutes=10))
+    tables = VersionedDatabase(COMMIT_TIMESTAMP_SCHEMA, created_at=start, now=window.end)
+    for order_id in (1, 2, 3):
+        tables.commit([mutations.insert("Orders", ("OrderId", "CustomerName", "LastUpdateTime"),
+                                        [(order_id, f"o{order_id}", COMMIT_TIMESTAMP)])],
+                      at=start + timedelta(minutes=order_id))
+    airflow_side, spark_side = tmp_path / "airflow-side", tmp_path / "spark-side"
+    airflow_side.mkdir()
+    spark_side.mkdir()
+    catalog_db = tmp_path / "catalog.db"
+    catalog = IcebergCatalog(name="lake", kind="jdbc", jdbc_url=f"jdbc:sqlite:{catalog_db}",
+                             warehouse=f"gs://{BUCKET}/warehouse", storage_emulator_host=gcs)
+    with SpannerEmulator(tables=tables) as emulator:
+        monkeypatch.chdir(airflow_side)
+        store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
+        store.migrate()
+        config = StreamConfig.for_source("spanner_commit_ts", "gcs_lake", {
+            "connection": {"project": "p", "instance": "i", "database": "shop"},
+            "tables": {"Orders": "LastUpdateTime"},
+            "settings": {"safety_margin_seconds": 0},
+        }, namespace="gcs_lake", work_root=f"gs://{BUCKET}/work")
+        source = build_source(config.source_spec)
+
+        class Databases:  # the plan's view of the database, as the Spanner hook gives it
+            def get_database(self, instance, database, project=None):
+                return SpannerConnection(project="p", instance=instance, database=database,
+                                         emulator_host=emulator.emulator_host).open_database()
+
+            def reseed_requests(self, stream_id):
+                return []
+
+        plan_window(store, config, window, "run", 600, source.initial_positions(window), "lake",
+                    plan_options=lambda kept, positions: source.plan_options(
+                        kept, window.end, Databases(), positions, window=window))
+        folder = config.window_dir(window)
+        work_root.write_text(folder / "source-overrides.json", json.dumps(
+            {"connection": {"emulator_host": emulator.emulator_host}}), private=True)
+        runner = LocalSparkRunner(master="local[1]")
+        env = {"STORAGE_EMULATOR_HOST": gcs}
+        monkeypatch.chdir(spark_side)
+        runner.run(iceberg_job_spec("extract", catalog, [
+            "--plan", str(config.plan_path(window)), "--outcome", str(config.outcome_path(window)),
+            "--result", str(folder / "extract-result.json"),
+            "--source-overrides", str(folder / "source-overrides.json")],
+            name="gcs-lake-extract", env_vars=env))
+        monkeypatch.chdir(airflow_side)
+        extracted = json.loads((folder / "extract-result.json").read_text())
+        store.mark_extracted(window, "run", int(extracted["snapshot_id"]))
+        commit_window(store, config, window, "run")
+        work_root.write_text(folder / "apply-job.json", json.dumps({
+            "catalog": "lake", "stream": "gcs_lake", "window_id": window.window_id,
+            "changelog_table": config.changelog_table, "targets": {"namespace": "gcs_t"},
+            "catalog_conf": catalog.spark_conf()}))
+        monkeypatch.chdir(spark_side)
+        runner.run(iceberg_job_spec("apply_job", catalog, [
+            "--job-config", str(folder / "apply-job.json"),
+            "--result", str(folder / "apply-result.json")], name="gcs-lake-apply",
+            env_vars=env))
+        applied = json.loads((folder / "apply-result.json").read_text())
+
+    rows = read_table(catalog_db, "gcs_t", "Orders", gcs)
+    changelog_namespace, changelog_name = config.changelog_table.split(".")
+    changelog = read_table(catalog_db, changelog_namespace, changelog_name, gcs)
+    warehouse, work = bucket_objects("warehouse"), bucket_objects("work")
+    assert sorted((r["OrderId"], r["CustomerName"]) for r in rows) == [(1, "o1"), (2, "o2"), (3, "o3")]
+    assert applied["tables"][0]["upserts"] == 3 and len(changelog) == 3
+    for table in (f"warehouse/gcs_t/Orders/", f"warehouse/{changelog_namespace}/{changelog_name}/"):
+        assert any(n.startswith(f"{table}data/") and n.endswith(".parquet") for n in warehouse)
+        assert any(n.startswith(f"{table}metadata/") and n.endswith(".metadata.json") for n in warehouse)
+        assert any(n.startswith(f"{table}metadata/snap-") and n.endswith(".avro") for n in warehouse)
+    assert {n.rpartition("/")[2] for n in work} >= {
+        "plan.json", "outcome.json", "extract-result.json", "apply-job.json", "apply-result.json"}
+    assert local_table_files(tmp_path) == []
+    assert [p.name for p in spark_side.rglob("*.json")] == [] and list(airflow_side.iterdir()) == []
+
+
+def test_a_jdbc_catalog_on_gcs_takes_gcsfileio_and_points_both_clients_at_the_emulator(gcs_jars):
+    from airflow_cdc.spark.iceberg import IcebergCatalog
+
+    conf = IcebergCatalog(kind="jdbc", jdbc_url="jdbc:sqlite:/tmp/c.db", warehouse="gs://b/wh",
+                          storage_emulator_host="127.0.0.1:4443").spark_conf()
+
+    assert {k: v for k, v in conf.items() if ".gcs." in k or "io-impl" in k or "fs.gs." in k} == {
+        "spark.sql.catalog.lake.io-impl": "org.apache.iceberg.gcp.gcs.GCSFileIO",
+        "spark.sql.catalog.lake.gcs.service.host": "http://127.0.0.1:4443",
+        "spark.sql.catalog.lake.gcs.no-auth.enabled": "true",
+        "spark.sql.catalog.lake.gcs.project-id": "local-emulator",
+        "spark.hadoop.fs.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFileSystem",
+        "spark.hadoop.fs.gs.storage.root.url": "http://127.0.0.1:4443/",
+        "spark.hadoop.fs.gs.auth.type": "UNAUTHENTICATED",
+        "spark.hadoop.fs.gs.project.id": "local-emulator",
+    }
+    assert {Path(jar).name for jar in conf["spark.jars"].split(",")} >= {
+        "iceberg-gcp-bundle-1.11.0.jar", "gcs-connector-3.1.18-shaded.jar"}
+
+
+def test_an_emulator_for_a_warehouse_off_gcs_is_refused_naming_the_warehouse(tmp_path):
+    from airflow_cdc.spark.iceberg import IcebergCatalog
+
+    with pytest.raises(ValueError, match=f"warehouse '{tmp_path}' is not on GCS: give a gs://"):
+        IcebergCatalog(warehouse=str(tmp_path), storage_emulator_host="http://127.0.0.1:4443")
+
+
+def test_the_doctor_names_the_gcs_connector_of_a_gs_warehouse_and_reports_it_missing(
+        gcs_jars, tmp_path, monkeypatch):
+    from airflow_cdc.cli import doctor_report
+
+    monkeypatch.setenv("AIRFLOW_CDC_WAREHOUSE", "gs://b/warehouse")
+    lines, _ = doctor_report()
+    folder = tmp_path / "jars"  # a jar folder with the runtime only
+    folder.mkdir()
+    runtime = next(Path(jar) for jar in gcs_jars if "iceberg-spark-runtime" in jar)
+    (folder / runtime.name).symlink_to(runtime)
+    monkeypatch.setenv("AIRFLOW_CDC_JARS_DIR", str(folder))
+    _, problems = doctor_report()
+
+    assert any(line.startswith("gcs connector: ") and line.split()[2].endswith(
+        "gcs-connector-3.1.18-shaded.jar") for line in lines)
+    assert [p for p in problems if "GCS connector" in p] == [
+        f"Iceberg catalog 'lake' has warehouse 'gs://b/warehouse', and the jar folder {folder} "
+        f"lacks the GCS connector (gcs-connector-3.1.18-shaded.jar) a local Spark opens gs:// "
+        f"paths with: run 'python -m airflow_cdc.spark.iceberg iceberg-gcp-bundle "
+        f"gcs-connector' (Maven fetches com.google.cloud.bigdataoss:gcs-connector:3.1.18:shaded), "
+        f"or put that jar there"]
