@@ -53,6 +53,10 @@ class AirflowServices:
             "AIRFLOW__API__PORT": str(api_port),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{api_port}/execution/",
             "AIRFLOW__API__WORKERS": "1",
+            # One api-server worker answers every task's calls; on a small machine busy with
+            # Spark a call can take longer than Airflow's default 5 s, and a task whose start
+            # call times out fails before it runs. Waiting longer changes no result.
+            "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
