@@ -104,9 +104,10 @@ races: setup services
 check-install: setup
 	$(PY) tests/install/check_install.py $(VARIANTS)
 
-## demo: the main pipeline end to end on embedded defaults.
+## demo: the main pipeline end to end on embedded defaults. CATALOG=rest keeps its tables in an
+## Iceberg REST catalog server on 127.0.0.1 (demo/rest_catalog.py; its jars fetched once by mvn).
 demo: setup
-	$(PY) -m demo.spanner
+	$(PY) -m demo.spanner $(if $(CATALOG),--catalog $(CATALOG))
 
 ## ui-screenshot: the CDC view in Airflow's UI as a browser shows it (demo/ui.py):
 ## Airflow's api-server with the provider's plugin on the demo's state (`make demo` first when

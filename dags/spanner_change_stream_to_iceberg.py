@@ -7,8 +7,10 @@ heartbeats prove the window complete. ``report`` runs after the gate; the gate a
 Asset event per table (``dags/cdc_asset_consumer.py`` is scheduled on them).
 
 ``CDC_DEFERRABLE=true`` makes the gate wait in the triggerer (unset: Airflow's
-``[operators] default_deferrable``). ``CDC_SPANNER_TABLES`` lists the stream's tables, which
-become the pipeline's Assets (the emulator's tables by default).
+``[operators] default_deferrable``). ``CDC_ICEBERG_CONN_ID`` names an ``iceberg_catalog``
+connection (a REST catalog, say) instead of the local Hadoop warehouse.
+``CDC_SPANNER_TABLES`` lists the stream's tables, which become the pipeline's Assets (the
+emulator's tables by default).
 
 Point it at your database with the CDC_SPANNER_* variables (or edit the constants); with
 ``SPANNER_EMULATOR_HOST`` set it reads the local emulator (``python -m
@@ -77,6 +79,7 @@ with DAG(
         gate_poke_interval=5,
         deferrable=DEFERRABLE,
         dataproc=DATAPROC,
+        iceberg_conn_id=os.environ.get("CDC_ICEBERG_CONN_ID") or None,
         **COST,
     )
 

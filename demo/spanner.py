@@ -10,16 +10,24 @@ Last line: ``demo: OK windows=<n> changes=<n> partitions=<n> splits=<n> merges=<
 target_rows=<n> mismatches=0``; the exit code is non-zero on any mismatch or failed run.
 Everything lives under ``.demo/`` (recreated each time): AIRFLOW_HOME with its SQLite DBs,
 the Iceberg warehouse, the plan/outcome files.
+
+``--catalog rest`` (``make demo CATALOG=rest``) keeps the tables in an Iceberg REST catalog
+server on 127.0.0.1 instead (:mod:`demo.rest_catalog`, under ``.demo/rest-catalog``), reached
+through an ``iceberg_catalog`` Airflow connection with an OAuth2 client id and secret, and
+reads the targets back through its REST API.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
 import time
+from contextlib import ExitStack, contextmanager
 from datetime import timedelta
 from pathlib import Path
 
@@ -51,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", default=str(ROOT / ".demo"), help="working folder")
     parser.add_argument("--hours", type=float, default=2.0, help="history length")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--catalog", choices=("hadoop", "rest"), default="hadoop",
+                        help="the local Hadoop warehouse, or a REST catalog server on 127.0.0.1")
     args = parser.parse_args(argv)
     base = Path(args.base).resolve()
     prepare_environment(base)
@@ -70,12 +80,14 @@ def main(argv: list[str] | None = None) -> int:
         [str(Path(sys.executable).parent / "airflow"), "db", "migrate"],
         check=True, stdout=subprocess.DEVNULL,
     )
-    with SpannerChangeStreamEmulator(history) as emulator:
-        os.environ["SPANNER_EMULATOR_HOST"] = emulator.emulator_host
-        os.environ["CDC_SPANNER_STREAM"] = history.stream_name
-        os.environ["CDC_START"] = history.created_at.isoformat()
-        windows = run_windows(history)
-    result = compare(base, history)
+    with ExitStack() as stack:
+        rest = stack.enter_context(rest_catalog(base)) if args.catalog == "rest" else None
+        with SpannerChangeStreamEmulator(history) as emulator:
+            os.environ["SPANNER_EMULATOR_HOST"] = emulator.emulator_host
+            os.environ["CDC_SPANNER_STREAM"] = history.stream_name
+            os.environ["CDC_START"] = history.created_at.isoformat()
+            windows = run_windows(history)
+        result = compare(base, history, rest)
     elapsed = time.monotonic() - started
     print(f"demo: {windows} windows in {elapsed:.0f} s", flush=True)
     status = "OK" if result["mismatches"] == 0 else "MISMATCH"
@@ -86,6 +98,37 @@ def main(argv: list[str] | None = None) -> int:
         f"mismatches={result['mismatches']}"
     )
     return 0 if status == "OK" else 1
+
+
+REST_CONN_ID = "demo_rest_catalog"
+
+
+@contextmanager
+def rest_catalog(base: Path):
+    """A REST catalog server for the run and the ``iceberg_catalog`` connection the DAG uses
+    (``CDC_ICEBERG_CONN_ID``), kept in Airflow's metadata DB so its client secret is in no
+    environment and on no command line; yields pyiceberg's client of the same catalog."""
+    from airflow.models import Connection
+    from airflow.utils.session import create_session
+    from pyiceberg.catalog.rest import RestCatalog
+
+    from demo.rest_catalog import RestCatalogServer
+
+    client_id, client_secret, warehouse = "demo-pipeline", secrets.token_hex(16), "demo"
+    with RestCatalogServer(base / "rest-catalog", client_id=client_id,
+                           client_secret=client_secret, warehouse_name=warehouse) as server:
+        with create_session() as session:
+            session.add(Connection(
+                conn_id=REST_CONN_ID, conn_type="iceberg_catalog", host=server.uri,
+                schema=warehouse, login=client_id, password=client_secret,
+                extra=json.dumps({"oauth2_server_uri": server.token_uri}),
+            ))
+        os.environ["CDC_ICEBERG_CONN_ID"] = REST_CONN_ID
+        print(f"demo: REST catalog at {server.uri} (warehouse {warehouse!r}, "
+              f"files under {server.warehouse})", flush=True)
+        yield RestCatalog("demo", uri=server.uri, warehouse=warehouse,
+                          credential=f"{client_id}:{client_secret}",
+                          **{"oauth2-server-uri": server.token_uri})
 
 
 def run_windows(history) -> int:
@@ -113,7 +156,9 @@ def run_windows(history) -> int:
     return count
 
 
-def compare(base: Path, history) -> dict:
+def compare(base: Path, history, rest=None) -> dict:
+    """Every target against the truth at the last window end, read from the Hadoop warehouse
+    under ``base`` or, with ``rest`` (pyiceberg's REST catalog client), through the catalog."""
     from demo.compare import compare_table, read_iceberg_rows
     from datetime import timedelta as td
 
@@ -121,8 +166,12 @@ def compare(base: Path, history) -> dict:
     truth = history.state_at(last_end - td(microseconds=1))
     total_rows = mismatches = 0
     for table in history.tables:
-        target_dir = base / "warehouse" / "current" / table.name
-        rows = read_iceberg_rows(target_dir) if target_dir.exists() else []
+        if rest is not None:
+            name = f"current.{table.name}"
+            rows = rest.load_table(name).scan().to_arrow().to_pylist() if rest.table_exists(name) else []
+        else:
+            target_dir = base / "warehouse" / "current" / table.name
+            rows = read_iceberg_rows(target_dir) if target_dir.exists() else []
         result = compare_table(table, truth[table.name], rows)
         total_rows += result.target_rows
         mismatches += result.mismatches
