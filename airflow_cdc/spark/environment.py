@@ -5,15 +5,17 @@ Spark is found, first that applies:
 
 1. ``$SPARK_HOME`` (a Spark distribution: its ``RELEASE`` file and ``jars/``), what
    spark-submit uses when the user points at a Spark of their own;
-2. the ``pyspark`` package of this interpreter (the ``spark`` extra installs pyspark 3.5).
+2. the ``pyspark`` package of this interpreter (the ``spark`` extra installs the newest
+   pyspark with an Iceberg runtime: 4.1, or 3.5 and 4.0 where pinned).
 
 A pyspark whose files another distribution overwrote is not coherent: every
 ``apache-airflow-providers-apache-spark`` 6.x requires ``pyspark-client>=4``, which writes
-the same ``pyspark/`` files as pyspark 3.5 (``pip check`` stays clean, and SparkSession
-fails later with CONNECT_URL_NOT_SET). :func:`pyspark_conflicts` names that and the fix.
+the same ``pyspark/`` files as pyspark (``pip check`` stays clean, and SparkSession fails
+later with CONNECT_URL_NOT_SET); pip takes the newest pyspark-client, so a pyspark 4 is
+overwritten by another 4.x as surely as a 3.5 is. :func:`pyspark_conflicts` names that and the fix.
 
 The Iceberg runtime is chosen by Spark version (:func:`iceberg_runtime_package`), not a fixed
-coordinate: Iceberg 1.10 ships runtimes for Spark 3.4 and 3.5 (Scala 2.12 or 2.13) and 4.0
+coordinate: Iceberg 1.11 ships runtimes for Spark 3.5 (Scala 2.12 or 2.13), 4.0 and 4.1
 (Scala 2.13).
 """
 
@@ -28,12 +30,12 @@ from pathlib import Path
 
 from airflow_cdc.model import CdcError
 
-ICEBERG_VERSION = "1.10.2"
+ICEBERG_VERSION = "1.11.0"
 # Spark minor version -> the Scala versions Iceberg publishes its runtime for (first: default).
 ICEBERG_RUNTIMES: dict[str, tuple[str, ...]] = {
-    "3.4": ("2.12", "2.13"),
     "3.5": ("2.12", "2.13"),
     "4.0": ("2.13",),
+    "4.1": ("2.13",),
 }
 
 

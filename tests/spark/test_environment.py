@@ -21,17 +21,17 @@ def spark_home(tmp_path, version: str, scala: str):
 
 
 @pytest.mark.parametrize(("spark", "scala", "expected"), [
-    ("3.5", None, "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"),
-    ("3.5.1", "2.13", "org.apache.iceberg:iceberg-spark-runtime-3.5_2.13:1.10.2"),
-    ("4.0.1", None, "org.apache.iceberg:iceberg-spark-runtime-4.0_2.13:1.10.2"),
-    ("3.4.4", "2.12", "org.apache.iceberg:iceberg-spark-runtime-3.4_2.12:1.10.2"),
+    ("3.5", None, "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.11.0"),
+    ("3.5.1", "2.13", "org.apache.iceberg:iceberg-spark-runtime-3.5_2.13:1.11.0"),
+    ("4.0.1", None, "org.apache.iceberg:iceberg-spark-runtime-4.0_2.13:1.11.0"),
+    ("4.1.2", None, "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.11.0"),
 ])
 def test_the_iceberg_runtime_is_chosen_by_spark_version(spark, scala, expected):
     assert iceberg_runtime_package(spark, scala) == expected
 
 
 def test_a_spark_without_an_iceberg_runtime_is_refused_naming_the_supported_ones():
-    with pytest.raises(UnsupportedSparkError, match=r"Spark 3.3.2 has no Iceberg .* supported are Spark \['3.4', '3.5', '4.0'\]"):
+    with pytest.raises(UnsupportedSparkError, match=r"Spark 3.3.2 has no Iceberg .* supported are Spark \['3.5', '4.0', '4.1'\]"):
         iceberg_runtime_package("3.3.2")
 
 
@@ -55,7 +55,7 @@ def test_without_spark_home_this_interpreters_pyspark_is_found():
 def test_a_catalog_for_a_cluster_names_the_runtime_of_the_clusters_spark():
     conf = IcebergCatalog(spark_version="4.0", warehouse="gs://bucket/lake").spark_conf()
 
-    assert conf["spark.jars.packages"] == "org.apache.iceberg:iceberg-spark-runtime-4.0_2.13:1.10.2"
+    assert conf["spark.jars.packages"] == "org.apache.iceberg:iceberg-spark-runtime-4.0_2.13:1.11.0"
     assert "spark.jars" not in conf
 
 
