@@ -57,12 +57,28 @@ ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExt
 JARS_DIR_ENV = "AIRFLOW_CDC_JARS_DIR"
 IVY_DIR_ENV = "AIRFLOW_CDC_IVY_DIR"
 # Google's Cloud Storage connector, Hadoop's file system for gs:// (the jar with its
-# dependencies shaded, for Hadoop 3): a Hadoop catalog on gs:// and Spark's own readers and
-# writers of gs:// paths (Datastream's event files; a work root's files where the job's driver
-# has no gcsfs) need it on a Spark that lacks it (Dataproc's images have their own). Spark's
-# resolver takes no classifier, so it comes from the jar folder (:func:`fetch_with_maven`,
-# ``gcs-connector``).
-GCS_CONNECTOR = "com.google.cloud.bigdataoss:gcs-connector:3.1.18:shaded"
+# dependencies shaded): a Hadoop catalog on gs:// and Spark's own readers and writers of gs://
+# paths (Datastream's event files; a work root's files where the job's driver has no gcsfs)
+# need it on a Spark that lacks it (Dataproc's images have their own). One per Spark major
+# version, for the Hadoop that Spark ships: the 3.x connectors open files with Hadoop 3.3.5's
+# open-file options, which Spark 3.5's Hadoop 3.3.4 lacks, so Spark 3 takes the 2.2 line.
+# Spark's resolver takes no classifier, so it comes from the jar folder
+# (:func:`fetch_with_maven`, ``gcs-connector``).
+GCS_CONNECTORS = {
+    "3": "com.google.cloud.bigdataoss:gcs-connector:hadoop3-2.2.33:shaded",
+    "4": "com.google.cloud.bigdataoss:gcs-connector:3.1.18:shaded",
+}
+
+
+def gcs_connector_package(spark_version: str) -> str:
+    """The GCS connector's coordinate for a Spark of ``spark_version`` (``"3.5.9"``, ``"4.0"``)."""
+    major = spark_version.split(".")[0]
+    if major not in GCS_CONNECTORS:
+        raise IcebergProvisioningError(
+            f"no GCS connector is known for Spark {spark_version}: supported Spark lines are "
+            f"{sorted(GCS_CONNECTORS)}.x; give the connector's jar in extra_jars"
+        )
+    return GCS_CONNECTORS[major]
 
 
 class IcebergProvisioningError(CdcError):
@@ -203,18 +219,29 @@ def fetch_with_maven(coordinate: str, folder: Path | None = None) -> Path:
     return target
 
 
-# What ``python -m airflow_cdc.spark.iceberg`` takes besides Iceberg's bundles.
-MAVEN_JARS = {"gcs-connector": GCS_CONNECTOR}
+def local_gcs_connector_package() -> str:
+    """The GCS connector's coordinate for this interpreter's pyspark."""
+    from airflow_cdc.spark.environment import find_spark
+
+    found = find_spark({})
+    if found is None:
+        raise IcebergProvisioningError(
+            "this interpreter has no pyspark with a Spark in it to choose the GCS connector for: "
+            "install 'airflow-cdc[spark]'"
+        )
+    return gcs_connector_package(found.version)
 
 
 def provision_iceberg_jars(bundles: tuple[str, ...] = ()) -> list[str]:
     """Fill the jar folder with the Iceberg runtime for this interpreter's pyspark (and the
-    named Iceberg bundles, e.g. ``iceberg-gcp-bundle``, and jars of :data:`MAVEN_JARS`, e.g.
-    ``gcs-connector``); their paths. What ``make setup`` runs."""
-    iceberg = [b for b in bundles if b not in MAVEN_JARS]
+    named Iceberg bundles, e.g. ``iceberg-gcp-bundle``, and ``gcs-connector``: the GCS
+    connector for that Spark, through Maven); their paths. What ``make setup`` runs."""
+    iceberg = [b for b in bundles if b != "gcs-connector"]
     coordinates = [local_runtime_package(), *(f"org.apache.iceberg:{b}:{_iceberg_version()}" for b in iceberg)]
     fetched = [str(p) for p in fetch_jars(coordinates)]
-    return fetched + [str(fetch_with_maven(MAVEN_JARS[b])) for b in bundles if b in MAVEN_JARS]
+    if "gcs-connector" in bundles:
+        fetched.append(str(fetch_with_maven(local_gcs_connector_package())))
+    return fetched
 
 
 KINDS = ("hadoop", "jdbc", "rest", "hive")
@@ -502,15 +529,16 @@ class IcebergCatalog:
         coordinates = (iceberg_runtime_package(found.version, found.scala), *self._file_io_bundles())
         local = {c: offline_jar(c) for c in coordinates}
         return (
-            [str(path) for path in local.values() if path is not None] + self._gcs_connector(),
+            [str(path) for path in local.values() if path is not None]
+            + self._gcs_connector(found.version),
             tuple(c for c, path in local.items() if path is None),
         )
 
-    def _gcs_connector(self) -> list[str]:
+    def _gcs_connector(self, spark_version: str) -> list[str]:
         """The GCS connector's jar for a local Spark and a gs:// warehouse, when the jar
-        folder holds it (see :data:`GCS_CONNECTOR`; :meth:`missing_gcs_connector` says when
+        folder holds it (see :data:`GCS_CONNECTORS`; :meth:`missing_gcs_connector` says when
         it does not); a cluster's Spark brings its own."""
-        jar = offline_jar(GCS_CONNECTOR) if self.on_gcs else None
+        jar = offline_jar(gcs_connector_package(spark_version)) if self.on_gcs else None
         return [str(jar)] if jar is not None else []
 
     def missing_gcs_connector(self) -> str | None:
@@ -518,13 +546,19 @@ class IcebergCatalog:
         is on GCS and the jar folder lacks the connector (what ``airflow-cdc doctor`` reports;
         a Hadoop catalog then cannot open its tables, and Spark cannot read or write a gs://
         work root's files)."""
-        if not self.on_gcs or self.packages or self.spark_version or offline_jar(GCS_CONNECTOR):
+        from airflow_cdc.spark.environment import find_spark
+
+        found = find_spark()
+        if not self.on_gcs or self.packages or self.spark_version or found is None:
+            return None
+        coordinate = gcs_connector_package(found.version)
+        if offline_jar(coordinate):
             return None
         return (
             f"Iceberg catalog {self.name!r} has warehouse {self.warehouse!r}, and the jar folder "
-            f"{jars_cache_dir()} lacks the GCS connector ({jar_file_name(GCS_CONNECTOR)}) a "
+            f"{jars_cache_dir()} lacks the GCS connector ({jar_file_name(coordinate)}) a "
             f"local Spark opens gs:// paths with: run 'python -m airflow_cdc.spark.iceberg "
-            f"iceberg-gcp-bundle gcs-connector' (Maven fetches {GCS_CONNECTOR}), or put that "
+            f"iceberg-gcp-bundle gcs-connector' (Maven fetches {coordinate}), or put that "
             f"jar there"
         )
 
@@ -539,8 +573,13 @@ class IcebergCatalog:
             conf["spark.hadoop.fs.AbstractFileSystem.gs.impl"] = "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFS"
         if self.storage_emulator_host:
             conf["spark.hadoop.fs.gs.storage.root.url"] = f"{self.storage_emulator_host}/"
-            conf["spark.hadoop.fs.gs.auth.type"] = "UNAUTHENTICATED"
             conf["spark.hadoop.fs.gs.project.id"] = self._emulator_project()
+            conf["spark.hadoop.fs.gs.auth.type"] = "UNAUTHENTICATED"  # the 3.x connectors
+            conf["spark.hadoop.fs.gs.auth.service.account.enable"] = "false"  # the 2.2 line
+            conf["spark.hadoop.fs.gs.auth.null.enable"] = "true"
+            # The 3.1 connector renames a file with the JSON API's objects.move, which
+            # emulators do not serve; copy and delete is what it does without.
+            conf["spark.hadoop.fs.gs.operation.move.enable"] = "false"
         return conf
 
     def _emulator_project(self) -> str:
@@ -638,8 +677,7 @@ class IcebergCatalog:
         conf = {"spark.sql.extensions": ICEBERG_EXTENSIONS}
         conf.update((k, v) for k, v in self.catalog_properties().items() if k not in secret)
         runtime_jars, packages = self.runtime()
-        connector = jar_file_name(GCS_CONNECTOR)
-        conf.update(self.hadoop_conf(any(Path(jar).name == connector for jar in runtime_jars)))
+        conf.update(self.hadoop_conf(any(Path(jar).name.startswith("gcs-connector-") for jar in runtime_jars)))
         jars = self.jars(runtime_jars)
         if jars:
             conf["spark.jars"] = ",".join(jars)

@@ -169,8 +169,53 @@ def test_an_extract_and_an_apply_into_a_gs_warehouse_keep_every_file_in_the_buck
     assert [p.name for p in spark_side.rglob("*.json")] == [] and list(airflow_side.iterdir()) == []
 
 
-def test_a_jdbc_catalog_on_gcs_takes_gcsfileio_and_points_both_clients_at_the_emulator(gcs_jars):
+HADOOP_GS_JOB = """
+import json, sys
+from pyspark.sql import SparkSession
+
+spark = SparkSession.builder.getOrCreate()
+spark.sql("CREATE TABLE lake.cdc.orders (id BIGINT, name STRING) USING iceberg")
+spark.sql("INSERT INTO lake.cdc.orders VALUES (1, 'a'), (2, 'b')")
+staged = sys.argv[1]
+spark.table("lake.cdc.orders").write.parquet(staged)
+rows = sorted(tuple(r) for r in spark.read.parquet(staged).collect())
+print("ROWS " + json.dumps(rows))
+"""
+
+
+def test_a_hadoop_catalog_on_gs_and_sparks_own_gs_files_go_through_the_gcs_connector(
+        gcs_jars, tmp_path, monkeypatch):
+    """A Hadoop catalog commits by renaming in its file system, and Spark's own readers and
+    writers of gs:// paths use Hadoop's file systems: both go through the GCS connector
+    (on fake-gcs-server, which serves the connector's batch requests)."""
     from airflow_cdc.spark.iceberg import IcebergCatalog
+    from airflow_cdc.spark.job import SparkJobSpec
+    from airflow_cdc.spark.runners import LocalSparkRunner
+
+    from .fake_gcs import FakeGcsServer
+
+    app = tmp_path / "hadoop_gs_job.py"
+    app.write_text(HADOOP_GS_JOB)
+    monkeypatch.chdir(tmp_path)
+    with FakeGcsServer(BUCKET) as server:
+        catalog = IcebergCatalog(warehouse=f"gs://{BUCKET}/warehouse",
+                                 storage_emulator_host=server.url)
+        result = LocalSparkRunner(master="local[1]").run(SparkJobSpec(
+            str(app), application_args=(f"gs://{BUCKET}/work/staged",), name="hadoop-gs",
+            conf={**catalog.spark_conf(), "spark.ui.enabled": "false"}))
+        warehouse, work = server.objects("warehouse/"), server.objects("work/")
+
+    printed = [line for line in result.log_tail if line.startswith("ROWS ")]
+    assert json.loads(printed[-1][len("ROWS "):]) == [[1, "a"], [2, "b"]]
+    table = "warehouse/cdc/orders/"
+    assert any(n.startswith(f"{table}data/") and n.endswith(".parquet") for n in warehouse)
+    assert {f"{table}metadata/v2.metadata.json", f"{table}metadata/version-hint.text"} <= set(warehouse)
+    assert any(n.startswith("work/staged/part-") and n.endswith(".parquet") for n in work)
+    assert local_table_files(tmp_path) == []
+
+
+def test_a_jdbc_catalog_on_gcs_takes_gcsfileio_and_points_both_clients_at_the_emulator(gcs_jars):
+    from airflow_cdc.spark.iceberg import IcebergCatalog, jar_file_name, local_gcs_connector_package
 
     conf = IcebergCatalog(kind="jdbc", jdbc_url="jdbc:sqlite:/tmp/c.db", warehouse="gs://b/wh",
                           storage_emulator_host="127.0.0.1:4443").spark_conf()
@@ -182,11 +227,14 @@ def test_a_jdbc_catalog_on_gcs_takes_gcsfileio_and_points_both_clients_at_the_em
         "spark.sql.catalog.lake.gcs.project-id": "local-emulator",
         "spark.hadoop.fs.gs.impl": "com.google.cloud.hadoop.fs.gcs.GoogleHadoopFileSystem",
         "spark.hadoop.fs.gs.storage.root.url": "http://127.0.0.1:4443/",
-        "spark.hadoop.fs.gs.auth.type": "UNAUTHENTICATED",
         "spark.hadoop.fs.gs.project.id": "local-emulator",
+        "spark.hadoop.fs.gs.auth.type": "UNAUTHENTICATED",
+        "spark.hadoop.fs.gs.auth.service.account.enable": "false",
+        "spark.hadoop.fs.gs.auth.null.enable": "true",
+        "spark.hadoop.fs.gs.operation.move.enable": "false",
     }
     assert {Path(jar).name for jar in conf["spark.jars"].split(",")} >= {
-        "iceberg-gcp-bundle-1.11.0.jar", "gcs-connector-3.1.18-shaded.jar"}
+        "iceberg-gcp-bundle-1.11.0.jar", jar_file_name(local_gcs_connector_package())}
 
 
 def test_an_emulator_for_a_warehouse_off_gcs_is_refused_naming_the_warehouse(tmp_path):
@@ -199,7 +247,9 @@ def test_an_emulator_for_a_warehouse_off_gcs_is_refused_naming_the_warehouse(tmp
 def test_the_doctor_names_the_gcs_connector_of_a_gs_warehouse_and_reports_it_missing(
         gcs_jars, tmp_path, monkeypatch):
     from airflow_cdc.cli import doctor_report
+    from airflow_cdc.spark.iceberg import jar_file_name, local_gcs_connector_package
 
+    connector = local_gcs_connector_package()
     monkeypatch.setenv("AIRFLOW_CDC_WAREHOUSE", "gs://b/warehouse")
     lines, _ = doctor_report()
     folder = tmp_path / "jars"  # a jar folder with the runtime only
@@ -210,10 +260,9 @@ def test_the_doctor_names_the_gcs_connector_of_a_gs_warehouse_and_reports_it_mis
     _, problems = doctor_report()
 
     assert any(line.startswith("gcs connector: ") and line.split()[2].endswith(
-        "gcs-connector-3.1.18-shaded.jar") for line in lines)
+        jar_file_name(connector)) for line in lines)
     assert [p for p in problems if "GCS connector" in p] == [
         f"Iceberg catalog 'lake' has warehouse 'gs://b/warehouse', and the jar folder {folder} "
-        f"lacks the GCS connector (gcs-connector-3.1.18-shaded.jar) a local Spark opens gs:// "
+        f"lacks the GCS connector ({jar_file_name(connector)}) a local Spark opens gs:// "
         f"paths with: run 'python -m airflow_cdc.spark.iceberg iceberg-gcp-bundle "
-        f"gcs-connector' (Maven fetches com.google.cloud.bigdataoss:gcs-connector:3.1.18:shaded), "
-        f"or put that jar there"]
+        f"gcs-connector' (Maven fetches {connector}), or put that jar there"]
