@@ -144,6 +144,12 @@ _ICEBERG_CATALOG_FIELDS = {
         "description": "Comma-separated coordinates replacing the Iceberg runtime's.",
         "schema": {"type": ["string", "null"]},
     },
+    "storage_emulator_host": {
+        "label": "GCS emulator",
+        "description": "e.g. http://127.0.0.1:4443: a gs:// warehouse on a local emulator, "
+        "reached without credentials (local development only).",
+        "schema": {"type": ["string", "null"]},
+    },
 }
 
 

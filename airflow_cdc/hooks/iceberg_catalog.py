@@ -16,7 +16,8 @@ Connection fields (docs/catalogs.md has an ``AIRFLOW_CONN_...`` example per cata
   ``project`` and ``location`` (BigLake), ``headers`` (an object), ``io_impl``,
   ``auth_type``, ``scope``, ``oauth2_server_uri``, ``vended_credentials``, ``token``,
   ``properties`` (an object of further catalog properties), ``spark_version`` and
-  ``packages`` (where the Iceberg runtime comes from), ``extra_jars``.
+  ``packages`` (where the Iceberg runtime comes from), ``extra_jars``,
+  ``storage_emulator_host`` (a GCS emulator for a ``gs://`` warehouse: local development).
 
 The Spark name of the catalog is not the connection's to choose: it is ``catalog_name``
 (``lake``), the name the jobs' SQL and the pipeline's Assets use. Reading the connection
@@ -45,6 +46,7 @@ _EXTRA_FIELDS = {
     "vended_credentials": "vended_credentials", "spark_version": "spark_version",
     "headers": "headers", "properties": "properties", "packages": "packages",
     "extra_jars": "extra_jars", "project": None, "location": None,
+    "storage_emulator_host": "storage_emulator_host",
 }
 
 

@@ -266,3 +266,16 @@ def test_the_doctor_names_the_gcs_connector_of_a_gs_warehouse_and_reports_it_mis
         f"lacks the GCS connector ({jar_file_name(connector)}) a local Spark opens gs:// "
         f"paths with: run 'python -m airflow_cdc.spark.iceberg iceberg-gcp-bundle "
         f"gcs-connector' (Maven fetches {connector}), or put that jar there"]
+
+
+def test_an_iceberg_catalog_connection_names_the_gcs_emulator_of_its_gs_warehouse(monkeypatch):
+    from airflow_cdc.hooks.iceberg_catalog import IcebergCatalogHook
+
+    monkeypatch.setenv("AIRFLOW_CONN_GCS_LAKE", json.dumps({
+        "conn_type": "iceberg_catalog", "host": "jdbc:sqlite:/tmp/catalog.db",
+        "schema": "gs://b/warehouse", "extra": {"storage_emulator_host": "http://127.0.0.1:4443"}}))
+
+    catalog = IcebergCatalogHook(iceberg_conn_id="gcs_lake").get_catalog()
+
+    assert (catalog.kind, catalog.io_impl, catalog.storage_emulator_host) == (
+        "jdbc", "org.apache.iceberg.gcp.gcs.GCSFileIO", "http://127.0.0.1:4443")
