@@ -61,12 +61,13 @@ IVY_DIR_ENV = "AIRFLOW_CDC_IVY_DIR"
 # paths (Datastream's event files; a work root's files where the job's driver has no gcsfs)
 # need it on a Spark that lacks it (Dataproc's images have their own). One per Spark major
 # version, for the Hadoop that Spark ships: the 3.x connectors open files with Hadoop 3.3.5's
-# open-file options, which Spark 3.5's Hadoop 3.3.4 lacks, so Spark 3 takes the 2.2 line.
-# Spark's resolver takes no classifier, so it comes from the jar folder
-# (:func:`fetch_with_maven`, ``gcs-connector``).
+# open-file options, which Spark 3.5's Hadoop 3.3.4 lacks, so Spark 3 takes the 2.2 line;
+# Spark 4's Hadoop 3.4 changed the vectored-read helpers the 3.x connectors call, so Spark 4
+# takes the 4.0 line (built on Hadoop 3.4.2). Spark's resolver takes no classifier, so it
+# comes from the jar folder (:func:`fetch_with_maven`, ``gcs-connector``).
 GCS_CONNECTORS = {
     "3": "com.google.cloud.bigdataoss:gcs-connector:hadoop3-2.2.33:shaded",
-    "4": "com.google.cloud.bigdataoss:gcs-connector:3.1.18:shaded",
+    "4": "com.google.cloud.bigdataoss:gcs-connector:4.0.4:shaded",
 }
 
 
@@ -577,8 +578,8 @@ class IcebergCatalog:
             conf["spark.hadoop.fs.gs.auth.type"] = "UNAUTHENTICATED"  # the 3.x connectors
             conf["spark.hadoop.fs.gs.auth.service.account.enable"] = "false"  # the 2.2 line
             conf["spark.hadoop.fs.gs.auth.null.enable"] = "true"
-            # The 3.1 connector renames a file with the JSON API's objects.move, which
-            # emulators do not serve; copy and delete is what it does without.
+            # The newer connectors rename a file with the JSON API's objects.move, which
+            # emulators do not serve; copy and delete is what they do without.
             conf["spark.hadoop.fs.gs.operation.move.enable"] = "false"
         return conf
 
