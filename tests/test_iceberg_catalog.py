@@ -75,7 +75,7 @@ def test_a_fileio_bundle_the_folder_lacks_is_resolved_beside_the_runtime_it_has(
 
 
 def test_a_maven_coordinate_names_its_jar_file():
-    assert jar_file_name("org.apache.iceberg:iceberg-gcp-bundle:1.10.2") == "iceberg-gcp-bundle-1.10.2.jar"
+    assert jar_file_name("org.apache.iceberg:iceberg-gcp-bundle:1.11.0") == "iceberg-gcp-bundle-1.11.0.jar"
     assert (jar_file_name("com.google.cloud.bigdataoss:gcs-connector:3.1.3:shaded")
             == "gcs-connector-3.1.3-shaded.jar")
     with pytest.raises(ValueError, match="'iceberg-gcp-bundle' is not group:artifact:version"):
@@ -111,7 +111,7 @@ def test_hadoop_catalog_conf_points_at_the_warehouse_with_the_jar_folders_runtim
 
 
 def test_requested_maven_packages_replace_the_jar_folders_runtime(tmp_path):
-    coordinate = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"
+    coordinate = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.11.0"
     conf = IcebergCatalog(warehouse=str(tmp_path), packages=[coordinate]).spark_conf()
     assert conf["spark.jars.packages"] == coordinate
     assert "spark.jars" not in conf

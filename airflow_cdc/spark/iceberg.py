@@ -6,7 +6,7 @@ launches it.
 
 Where the Iceberg runtime comes from (:meth:`IcebergCatalog.runtime`), first that applies:
 
-* ``packages`` given (for example ``org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2``):
+* ``packages`` given (for example ``org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.11.0``):
   Spark resolves them (``spark.jars.packages``).
 * ``spark_version`` given (the cluster's Spark, e.g. ``"3.5"`` on Dataproc 2.2): the runtime
   coordinate for that Spark (:func:`~airflow_cdc.spark.environment.iceberg_runtime_package`),
@@ -108,7 +108,7 @@ def jar_file_name(coordinate: str) -> str:
     if len(parts) not in (3, 4) or not all(parts):
         raise ValueError(
             f"Maven coordinate {coordinate!r} is not group:artifact:version[:classifier], "
-            f"e.g. 'org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2'"
+            f"e.g. 'org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.11.0'"
         )
     _, artifact, version, *classifier = parts
     return f"{artifact}-{version}{''.join('-' + c for c in classifier)}.jar"

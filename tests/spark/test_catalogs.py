@@ -154,7 +154,7 @@ def test_rest_catalog_with_a_bearer_token_keeps_token_and_secret_headers_in_secr
     assert conf[f"{CATALOG}.header.X-Team"] == "data"
     assert conf[f"{CATALOG}.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
     assert conf[f"{CATALOG}.s3.endpoint"] == "https://s3.example.com"
-    assert conf["spark.jars.packages"].endswith("org.apache.iceberg:iceberg-aws-bundle:1.10.2")
+    assert conf["spark.jars.packages"].endswith("org.apache.iceberg:iceberg-aws-bundle:1.11.0")
     assert catalog.secret_conf() == {
         f"{CATALOG}.token": "bearer-abc",
         f"{CATALOG}.header.Authorization": "Bearer xyz",
