@@ -425,7 +425,11 @@ def variant_docker(work: Path, wheel: Path) -> None:
     project = work / "opt-airflow-cdc"
     copy_as_dockerfile(ROOT / "docker" / "Dockerfile", work / "source", "/opt/airflow-cdc", project)
     for step in dockerfile_steps(ROOT / "docker" / "Dockerfile"):
-        words = [w.replace("/opt/airflow-cdc", str(project)) for w in shlex.split(step)]
+        # --no-cache-dir keeps the image small; here it would only make this variant build
+        # pyspark's sdist again instead of taking the wheel the other variants share from
+        # pip's cache. What is installed does not depend on it.
+        words = [w.replace("/opt/airflow-cdc", str(project)) for w in shlex.split(step)
+                 if w != "--no-cache-dir"]
         words[0] = str(python.parent / words[0])
         run(words, cwd=project)
     check_venv("docker", python, spark_expected=True)
