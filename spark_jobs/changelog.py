@@ -55,6 +55,7 @@ from airflow_cdc.spark_jobs.commits import (
     own_window_commit,
     window_commit,
 )
+from airflow_cdc.spark_jobs.spark_line import sql_with_args
 
 _SPARK_TYPES = {
     "string": T.StringType,
@@ -158,9 +159,8 @@ def find_window_commit(spark: SparkSession, table: str, window_id: str) -> Windo
     if snapshot_id is not None:
         return WindowCommit(snapshot_id)
     # The tag is gone once its snapshot expired; the rows say the window was written.
-    rows = spark.sql(
-        f"SELECT 1 FROM {table} WHERE window_id = :window_id LIMIT 1",
-        args={"window_id": window_id},
+    rows = sql_with_args(
+        spark, f"SELECT 1 FROM {table} WHERE window_id = :window_id LIMIT 1", {"window_id": window_id}
     ).collect()
     return WindowCommit(None) if rows else None
 
@@ -386,9 +386,9 @@ def commit_window_with_outcome(
 
 def snapshot_summary(spark: SparkSession, table: str, snapshot_id: int) -> dict[str, str]:
     """The summary properties of one snapshot of ``table`` ({} if it no longer exists)."""
-    rows = spark.sql(
-        f"SELECT summary FROM {table}.snapshots WHERE snapshot_id = :snapshot_id",
-        args={"snapshot_id": int(snapshot_id)},
+    rows = sql_with_args(
+        spark, f"SELECT summary FROM {table}.snapshots WHERE snapshot_id = :snapshot_id",
+        {"snapshot_id": int(snapshot_id)},
     ).collect()
     return dict(rows[0].summary or {}) if rows else {}
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pyspark.sql import DataFrame, SparkSession
 
 from airflow_cdc.model import WINDOW_SNAPSHOT_PROPERTY
+from airflow_cdc.spark_jobs.spark_line import read_at_snapshot, sql_with_args
 
 # The apply's bookkeeping on a target commit: what else the window commits (so a re-run can
 # tell that the window is complete without recomputing it) and the counts it reported.
@@ -82,10 +83,11 @@ def _snapshots_table_commit(spark: SparkSession, table: str, window_id: str) -> 
     """:func:`window_commit` through the ``snapshots`` metadata table (a Spark job)."""
     if not spark.catalog.tableExists(table):
         return None
-    rows = spark.sql(
+    rows = sql_with_args(
+        spark,
         f"SELECT snapshot_id, parent_id, summary FROM {table}.snapshots "
         f"WHERE summary[:property] = :window_id ORDER BY committed_at LIMIT 1",
-        args={"property": WINDOW_SNAPSHOT_PROPERTY, "window_id": window_id},
+        {"property": WINDOW_SNAPSHOT_PROPERTY, "window_id": window_id},
     ).collect()
     if not rows:
         return None
@@ -254,7 +256,7 @@ def table_before(spark: SparkSession, table: str, commit: WindowCommit | None) -
     snapshot_id = current_snapshot_id(spark, table) if commit is None else commit.parent_id
     if snapshot_id is None:
         return None
-    return spark.read.option("snapshot-id", str(snapshot_id)).table(table)
+    return read_at_snapshot(spark, table, snapshot_id)
 
 
 # ``append_tagged(..., read_at=UNCHECKED)``: append whatever was committed meanwhile.

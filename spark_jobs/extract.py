@@ -55,6 +55,7 @@ from airflow_cdc.pipeline.partition_lineage import (
 from airflow_cdc.sources.registry import build_source
 from airflow_cdc.spark_jobs.sources import spark_side
 from airflow_cdc.spark_jobs.sources.base import READ_TASKS_PER_CORE, WindowRead
+from airflow_cdc.spark_jobs.spark_line import sql_with_args
 
 # Marks the extract job's dead-letter commit; apply tags its own with the window property.
 DEAD_LETTER_PROPERTY = "airflow-cdc.extract-dead-letters"
@@ -544,9 +545,10 @@ def append_dead_letters(spark, plan: WindowPlanFile, dead) -> None:
         f"CREATE TABLE IF NOT EXISTS {dead_table} ({columns}) USING iceberg "
         f"TBLPROPERTIES ('format-version' = '2')"
     )
-    done = spark.sql(
+    done = sql_with_args(
+        spark,
         f"SELECT 1 FROM {dead_table}.snapshots WHERE summary[:property] = :window_id LIMIT 1",
-        args={"property": DEAD_LETTER_PROPERTY, "window_id": window_id},
+        {"property": DEAD_LETTER_PROPERTY, "window_id": window_id},
     ).collect()
     if done:
         return

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from airflow_cdc.spark_jobs.spark_line import inheriting_thread_target
+
 
 def side_by_side(calls: list[Callable[[], None]], name: str = "cdc-apply-commit", parallel: bool = True) -> None:
     """Run ``calls`` in parallel threads (inline when there is one); raise the first failure.
@@ -32,10 +34,8 @@ def side_by_side(calls: list[Callable[[], None]], name: str = "cdc-apply-commit"
     if not parallel:
         _one_after_another(calls)
         return
-    from pyspark.util import inheritable_thread_target
-
     with ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix=name) as pool:
-        futures = [pool.submit(inheritable_thread_target(call)) for call in calls]
+        futures = [pool.submit(inheriting_thread_target(call)) for call in calls]
     for future in futures:
         error = future.exception()
         if error is not None:

@@ -19,6 +19,8 @@ from contextlib import contextmanager
 
 from pyspark.sql import DataFrame, SparkSession
 
+from airflow_cdc.spark_jobs.spark_line import dataset_of_plan
+
 
 def string(text: str) -> str:
     """``text`` as a Spark SQL string literal (backslash escapes, as Spark's parser reads them).
@@ -136,6 +138,5 @@ def frame(spark: SparkSession, text: str) -> DataFrame:
     analysed plan (which Spark does not analyse again) keeps the observations visible.
     """
     analyzed = spark.sql(text)._jdf.queryExecution().analyzed()
-    jvm = spark.sparkContext._jvm
-    return DataFrame(jvm.org.apache.spark.sql.Dataset.ofRows(spark._jsparkSession, analyzed), spark)
+    return DataFrame(dataset_of_plan(spark, analyzed), spark)
 
