@@ -86,8 +86,9 @@ test: setup services
 ## needed): what differs between the Spark lines (spark_jobs/spark_line.py), the Spanner
 ## extract job, the apply job and its commits, the Spanner DAG end to end, a Datastream window
 ## and a Debezium window (real PostgreSQL through Debezium, its own pytest process): the same
-## tests make test runs on Spark 3.5. CI runs it after make test (about a fifth of
-## make test's time, plus the Spark 4 venv's set-up on a machine that has none).
+## tests make test runs on Spark 3.5. CI runs it after make test, before test-live (its
+## tests take about a third of make test's time, plus the Spark 4 venv's set-up on a machine
+## that has none: .ci/run counts half of make test's).
 SPARK4_TESTS := tests/spark/test_spark_line.py tests/sources/test_spanner_extract_job.py \
 	tests/apply/test_apply_job.py tests/apply/test_commits.py tests/dags/test_spanner_dag.py \
 	tests/datastream/test_extract.py tests/debezium/test_pipeline_jobs.py
