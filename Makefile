@@ -126,9 +126,10 @@ races: setup services
 	$(PY) -m pytest -m races_long tests/races $(PYTEST_ARGS)
 
 ## check-install: the install paths users take, each in a fresh venv without the dev pins
-## (Airflow side only at the newest and at the lowest allowed versions, cluster, local Spark,
-## the Dockerfile's steps, the Astro template), two at a time; about 7 minutes. CI runs it after
-## the tests.
+## (Airflow side only at the newest and at the lowest allowed versions, cluster, local Spark
+## with one real window on every claimed Python and on pyspark 3.5, the Dockerfile's steps,
+## the Astro template), two at a time; each prints its install and check times, the run its
+## total. VARIANTS="spark-py3.12 docker" runs some. CI runs it after the tests.
 check-install: setup
 	$(PY) tests/install/check_install.py $(VARIANTS)
 
