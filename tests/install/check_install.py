@@ -43,7 +43,7 @@ with Spark the Iceberg runtime the window's session took and where from: the jar
 Spark's resolver), its install and check times, and ``check-install: OK variants=<n>`` at the
 end (non-zero exit on any failure). Two variants run at a time (``CHECK_INSTALL_JOBS`` sets
 how many); they share pip's cache (``~/.cache/pip``, or ``PIP_CACHE_DIR``): a distribution
-published only as an sdist (pyspark) is built into a wheel once, not once per variant.
+published only as an sdist (pyspark) is built into a wheel once per Python, not per variant.
 """
 
 from __future__ import annotations
