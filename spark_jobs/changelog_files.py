@@ -6,8 +6,9 @@ The rule: the read tasks write the changelog's files themselves when every row t
 reaches the changelog unchanged (the source's Spark side declares ``rows_pass_through``: no
 rows of its own join, none are dropped, the window is not checked as a whole: Spanner's and
 Bigtable's change streams), the table is partitioned by ``days(commit_ts)`` alone and
-unsorted, writes Parquet, its data location is one pyarrow opens, and
-``CDC_DIRECT_CHANGELOG`` is not ``false``. Otherwise Spark writes the rows. A read task with
+unsorted, writes Parquet, its data location is one pyarrow opens at the endpoint Spark
+uses (not a GCS emulator, :func:`endpoint_overridden`), and ``CDC_DIRECT_CHANGELOG`` is not
+``false``. Otherwise Spark writes the rows. A read task with
 fewer than ``FileSink.min_task_rows`` rows hands them to Spark too: when no task wrote files
 (a small window), Spark writes the window; when some did, the held rows are written by one
 more pass in about a file per core.
@@ -149,6 +150,8 @@ def file_sink(spark, table: str) -> FileSink | None:
             or fields[0].sourceId() != commit_ts.fieldId() or str(fields[0].transform()) != "day"):
         return None
     directory = properties.get("write.data.path") or f"{str(iceberg.location()).rstrip('/')}/data"
+    if endpoint_overridden(directory, spark.conf.get("spark.hadoop.fs.gs.storage.root.url", "")):
+        return None
     try:
         from pyarrow import fs
 
@@ -159,6 +162,14 @@ def file_sink(spark, table: str) -> FileSink | None:
 
     return FileSink(directory=directory, field_ids=_field_ids(schema), partition_field=str(fields[0].name()),
                     compression=codec, prefix=f"{uuid.uuid4().hex[:8]}-", min_task_rows=ROWS_PER_TASK // 4)
+
+
+def endpoint_overridden(directory: str, gcs_storage_root: str) -> bool:
+    """True when ``directory`` is on GCS and the session sends GCS calls to another endpoint
+    (``fs.gs.storage.root.url``: an emulator, :class:`~airflow_cdc.spark.iceberg.IcebergCatalog`'s
+    ``storage_emulator_host``). pyarrow's own GCS client reads none of Spark's settings and
+    would call Google's endpoint instead, so Spark, which the settings reach, writes there."""
+    return directory.startswith("gs://") and bool(gcs_storage_root)
 
 
 def _field_ids(schema) -> dict:

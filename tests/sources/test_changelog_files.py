@@ -140,3 +140,16 @@ def test_spark_writes_the_rows_of_a_table_or_source_the_read_tasks_cannot_write_
     monkeypatch.delenv("CDC_DIRECT_CHANGELOG")
     spark.sql(f"ALTER TABLE {table} WRITE ORDERED BY event_id")
     assert isinstance(changelog_writer(spark, table, source, SparkSide(source)), SparkWriter)
+
+
+def test_a_gcs_location_behind_an_overridden_endpoint_is_left_to_spark():
+    from airflow_cdc.spark_jobs.changelog_files import endpoint_overridden
+
+    assert endpoint_overridden("gs://lake/t/data", "http://127.0.0.1:4443/")
+
+
+def test_a_gcs_location_at_google_and_a_local_one_behind_an_emulator_are_written_directly():
+    from airflow_cdc.spark_jobs.changelog_files import endpoint_overridden
+
+    assert not endpoint_overridden("gs://lake/t/data", "")
+    assert not endpoint_overridden("file:/tmp/lake/t/data", "http://127.0.0.1:4443/")
