@@ -230,7 +230,8 @@ def source_tables() -> dict[str, dict]:
 
 
 # --- the capture ------------------------------------------------------------------------------
-def capture_config(sink: Path) -> dict:
+def sink_config(sink: Path) -> dict:
+    """The capture's sink and JVM settings, the same for every source database."""
     return {
         "output": str(sink),
         "flush_size": 500,
@@ -238,6 +239,12 @@ def capture_config(sink: Path) -> dict:
         # -Xrs: the JVM (in the capture's own process) leaves SIGTERM and SIGINT to Python,
         # whose handler stops the capture gracefully; without it the JVM exits at once.
         "jvm_options": ["-Xmx384m", "-Xrs"],
+    }
+
+
+def capture_config(sink: Path) -> dict:
+    return {
+        **sink_config(sink),
         "connector": {
             "name": "cdc-demo-dbz",
             "connector.class": "io.debezium.connector.postgresql.PostgresConnector",

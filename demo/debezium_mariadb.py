@@ -45,7 +45,7 @@ import sys
 from datetime import timezone
 from pathlib import Path
 
-from demo.debezium import OFFSET_FLUSH_MS, Phase, SourceDatabase, main
+from demo.debezium import OFFSET_FLUSH_MS, Phase, SourceDatabase, main, sink_config
 
 DATABASE = "cdc_demo_dbz"
 STREAM_ID = "dbz_mariadb_demo"
@@ -181,10 +181,7 @@ def capture_config(sink: Path) -> dict:
     from airflow_cdc.capture.classpath import MARIADB_CONNECTOR_CLASS
 
     return {
-        "output": str(sink),
-        "flush_size": 500,
-        "rotate_interval_ms": 500,
-        "jvm_options": ["-Xmx384m", "-Xrs"],
+        **sink_config(sink),
         "connector": {
             "name": "cdc-demo-dbz-mariadb",
             "connector.class": MARIADB_CONNECTOR_CLASS,
