@@ -64,6 +64,14 @@ def cmd_status(args, out) -> int:
               f"complete up to {format_ts(complete.end) if complete else 'nothing yet'}"
               + (f", freshness {duration_text(health.freshness_seconds)}, "
                  f"lag {duration_text(health.lag_seconds)}" if complete else ""), file=out)
+        if health.oldest_unplanned is not None:
+            print(f"  backlog {duration_text(health.backlog_seconds)} "
+                  f"({health.intervals_behind if health.intervals_behind is not None else '?'} "
+                  f"interval(s) behind; oldest unplanned interval starts "
+                  f"{format_ts(health.oldest_unplanned)})"
+                  + (f"; the newest window is a catch-up window that read "
+                     f"{health.newest_covers} later interval(s)" if health.newest_covers else ""),
+                  file=out)
         # Open windows first (newest first), then the most recent complete ones.
         print("  windows:", file=out)
         for w in window_health(store, stream.stream_id, args.windows, gate_reasons=0,

@@ -58,7 +58,12 @@ def ensure_utc(name: str, value: datetime) -> datetime:
             f"{name} {value.isoformat()} has no time zone: pass an aware datetime "
             f"(for example datetime(..., tzinfo=timezone.utc))"
         )
-    return value.astimezone(UTC)
+    value = value.astimezone(UTC)
+    if type(value) is not datetime:
+        # A subclass (pendulum's, from Airflow's context) may drop the zone in arithmetic.
+        value = datetime(value.year, value.month, value.day, value.hour, value.minute,
+                         value.second, value.microsecond, tzinfo=UTC)
+    return value
 
 
 def format_ts(value: datetime, *, timespec: str = "microseconds") -> str:

@@ -15,7 +15,7 @@ airflow_cdc_emulators.bigtable``), which is what ``make demo-bigtable`` does.
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import DAG
 from airflow.timetables.interval import CronDataIntervalTimetable
@@ -29,6 +29,10 @@ APP_PROFILE = os.environ.get("CDC_BIGTABLE_APP_PROFILE", "default")
 START = datetime.fromisoformat(os.environ.get("CDC_START", "2025-01-06T08:00:00+00:00"))
 WINDOW_MINUTES = int(os.environ.get("CDC_WINDOW_MINUTES", "30"))
 DEFERRABLE = {"true": True, "false": False}.get(os.environ.get("CDC_DEFERRABLE", "").lower())
+# CDC_MAX_CATCHUP_MINUTES=<m>: a stream that fell behind reads the ready intervals after its
+# own in one window of at most m minutes (unset: one interval per window).
+MAX_CATCHUP = (timedelta(minutes=float(os.environ["CDC_MAX_CATCHUP_MINUTES"]))
+               if os.environ.get("CDC_MAX_CATCHUP_MINUTES") else None)
 # Catch-up and overlap: a run that ends after the next interval closed would otherwise make
 # the scheduler skip that interval (the next window then refuses to start after a gap).
 CATCHUP = os.environ.get("CDC_CATCHUP", "").lower() == "true"
@@ -61,4 +65,5 @@ with DAG(
         gate_poke_interval=2,
         wait_poke_interval=2,
         deferrable=DEFERRABLE,
+        max_catchup=MAX_CATCHUP,
     )

@@ -41,6 +41,10 @@ GATE_TIMEOUT_SECONDS = float(os.environ.get("CDC_GATE_TIMEOUT_SECONDS", "1800"))
 IDLE_TIMEOUT = os.environ.get("CDC_DATASTREAM_IDLE_TIMEOUT_SECONDS")
 TABLES = [t for t in os.environ.get("CDC_DATASTREAM_TABLES", "shop_orders,public_customers").split(",") if t]
 DEFERRABLE = {"true": True, "false": False}.get(os.environ.get("CDC_DEFERRABLE", "").lower())
+# CDC_MAX_CATCHUP_MINUTES=<m>: a stream that fell behind reads the ready intervals after its
+# own in one window of at most m minutes (unset: one interval per window).
+MAX_CATCHUP = (timedelta(minutes=float(os.environ["CDC_MAX_CATCHUP_MINUTES"]))
+               if os.environ.get("CDC_MAX_CATCHUP_MINUTES") else None)
 
 
 def _json_mapping(name: str, example: str) -> dict | None:
@@ -99,6 +103,7 @@ with DAG(
         gate_poke_interval=5,
         gate_timeout=GATE_TIMEOUT_SECONDS,
         deferrable=DEFERRABLE,
+        max_catchup=MAX_CATCHUP,
         key_columns=KEY_COLUMNS,
         column_types=COLUMN_TYPES,
     )

@@ -48,6 +48,10 @@ MAX_ACTIVE_RUNS = int(os.environ.get("CDC_MAX_ACTIVE_RUNS", "1"))
 WAIT_POKE_SECONDS = float(os.environ.get("CDC_WAIT_POKE_SECONDS", "15"))
 GATE_POKE_SECONDS = float(os.environ.get("CDC_GATE_POKE_SECONDS", "5"))
 DEFERRABLE = {"true": True, "false": False}.get(os.environ.get("CDC_DEFERRABLE", "").lower())
+# CDC_MAX_CATCHUP_MINUTES=<m>: a stream that fell behind reads the ready intervals after its
+# own in one window of at most m minutes (unset: one interval per window).
+MAX_CATCHUP = (timedelta(minutes=float(os.environ["CDC_MAX_CATCHUP_MINUTES"]))
+               if os.environ.get("CDC_MAX_CATCHUP_MINUTES") else None)
 
 
 def _key_columns() -> dict:
@@ -100,4 +104,5 @@ with DAG(
         wait_poke_interval=WAIT_POKE_SECONDS,
         gate_poke_interval=GATE_POKE_SECONDS,
         deferrable=DEFERRABLE,
+        max_catchup=MAX_CATCHUP,
     )

@@ -20,7 +20,7 @@ airflow_cdc_emulators.spanner``), which is what ``make demo`` does.
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import DAG, task
 from airflow.timetables.interval import CronDataIntervalTimetable
@@ -48,6 +48,10 @@ COST = {
     **({"warm_driver_idle_seconds": float(os.environ["CDC_WARM_DRIVER_IDLE_SECONDS"])}
        if os.environ.get("CDC_WARM_DRIVER_IDLE_SECONDS") else {}),
 }
+# CDC_MAX_CATCHUP_MINUTES=<m>: a stream that fell behind reads the ready intervals after its
+# own in one window of at most m minutes (unset: one interval per window).
+MAX_CATCHUP = (timedelta(minutes=float(os.environ["CDC_MAX_CATCHUP_MINUTES"]))
+               if os.environ.get("CDC_MAX_CATCHUP_MINUTES") else None)
 # With CDC_DATAPROC_CLUSTER the Spark jobs run on that Dataproc cluster (AIRFLOW_CDC_WORK_ROOT
 # must then be a gs:// URI the cluster reads); make demo-cluster sets both.
 DATAPROC = DataprocCluster(
@@ -80,6 +84,7 @@ with DAG(
         deferrable=DEFERRABLE,
         dataproc=DATAPROC,
         iceberg_conn_id=os.environ.get("CDC_ICEBERG_CONN_ID") or None,
+        max_catchup=MAX_CATCHUP,
         **COST,
     )
 

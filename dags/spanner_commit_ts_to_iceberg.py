@@ -21,7 +21,7 @@ set it reads the local emulator (``python -m airflow_cdc_emulators.spanner
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 from airflow.sdk import DAG, Param
 from airflow.timetables.interval import CronDataIntervalTimetable
@@ -41,6 +41,10 @@ WINDOW_MINUTES = int(os.environ.get("CDC_WINDOW_MINUTES", "20"))
 RECONCILE_EVERY = int(os.environ.get("CDC_RECONCILE_EVERY", "3"))
 SAFETY_MARGIN_SECONDS = float(os.environ.get("CDC_SAFETY_MARGIN_SECONDS", "10"))
 DEFERRABLE = {"true": True, "false": False}.get(os.environ.get("CDC_DEFERRABLE", "").lower())
+# CDC_MAX_CATCHUP_MINUTES=<m>: a stream that fell behind reads the ready intervals after its
+# own in one window of at most m minutes (unset: one interval per window).
+MAX_CATCHUP = (timedelta(minutes=float(os.environ["CDC_MAX_CATCHUP_MINUTES"]))
+               if os.environ.get("CDC_MAX_CATCHUP_MINUTES") else None)
 CATCHUP = os.environ.get("CDC_CATCHUP", "").lower() == "true"
 MAX_ACTIVE_RUNS = int(os.environ.get("CDC_MAX_ACTIVE_RUNS", "1"))
 TABLES = {
@@ -81,6 +85,7 @@ with DAG(
         gate_poke_interval=2,
         wait_poke_interval=2,
         deferrable=DEFERRABLE,
+        max_catchup=MAX_CATCHUP,
     )
 
 with DAG(

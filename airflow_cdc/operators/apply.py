@@ -69,9 +69,12 @@ class CdcApplyOperator(CdcSparkOperator):
 
     def execute(self, context) -> dict:
         """Apply the window (or record what is already applied); its summary."""
+        store = self.state_store()
+        covered = self.covered(context, store)
+        if covered is not None:
+            return covered
         window = self.window(context)
         owner = run_owner(context)
-        store = self.state_store()
         with failing_at_once():
             record = window_to_apply(store, window)
         if record.state is WindowState.COMPLETE:

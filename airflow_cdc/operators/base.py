@@ -1,8 +1,10 @@
 """The base of the window protocol's operators: the stream, its source, the state store, the
 Iceberg catalog and the work folder, as one task of one DAG run sees them.
 
-Each DAG run owns one window ``[data_interval_start, data_interval_end)``; the lease owner is
-the DAG run (I6). The protocol's decisions live in :mod:`airflow_cdc.pipeline`; an operator
+Each DAG run owns one interval ``[data_interval_start, data_interval_end)``: the window planned
+from it (which a catch-up window extends past the interval), or a record pointing at the
+catch-up window of an earlier run that read it (:mod:`airflow_cdc.pipeline.catchup`). The
+lease owner is the DAG run (I6). The protocol's decisions live in :mod:`airflow_cdc.pipeline`; an operator
 asks Airflow what only Airflow knows and hands it to them.
 """
 
@@ -23,6 +25,7 @@ from airflow_cdc.operators.task_context import (
     holder_run_state,
     window_from_context,
 )
+from airflow_cdc.pipeline.catchup import RunWindow, covered_summary, run_window
 from airflow_cdc.pipeline.lease import DEFAULT_LEASE_SECONDS
 from airflow_cdc.pipeline.plan_step import plan_or_take_over
 from airflow_cdc.pipeline.protocol import StreamConfig
@@ -151,8 +154,30 @@ class CdcWindowOperator(BaseOperator):
     def state_store(self):
         return CdcStateHook(cdc_state_conn_id=self.cdc_state_conn_id).get_store()
 
-    def window(self, context) -> Window:
+    def interval(self, context) -> Window:
+        """The DAG run's data interval as a window of the stream."""
         return window_from_context(self.stream_id, context)
+
+    def run_window(self, context, store=None) -> RunWindow:
+        """What the run's interval is to the stream: unplanned, planned (possibly as a
+        catch-up window reaching past it) or covered by an earlier run's catch-up window."""
+        return run_window(store or self.state_store(), self.interval(context))
+
+    def window(self, context) -> Window:
+        """The window the run's steps act on: the one planned from the run's interval (its
+        recorded end, a catch-up window's lying past the interval), else the interval."""
+        return self.run_window(context).effective()
+
+    def covered(self, context, store) -> dict | None:
+        """A covered run's summary when an earlier run's catch-up window reads this run's
+        interval (the step has nothing to do: that run's steps read, commit and apply it);
+        None otherwise."""
+        run = self.run_window(context, store)
+        if not run.covered:
+            return None
+        self.log.info("interval %s is read by the catch-up window %s: nothing to do here",
+                      run.interval.window_id, run.window.window_id)
+        return covered_summary(run)
 
     def open_window(self, context, store, window: Window, plan: Callable[[], Any]) -> Any:
         """Run ``plan``; take the window over from a run that holds its lease but can act no

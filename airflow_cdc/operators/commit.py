@@ -22,8 +22,11 @@ class CdcCommitWindowOperator(CdcWindowOperator):
 
     def execute(self, context) -> dict:
         """Commit the window; its summary."""
-        window = self.window(context)
         store = self.state_store()
+        covered = self.covered(context, store)
+        if covered is not None:
+            return covered
+        window = self.window(context)
         record = commit_step(store, self.stream_config, window, run_owner(context),
                              self.lease_seconds, log=self.log)
         report_step(context, store, window, "commit", record)

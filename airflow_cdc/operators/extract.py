@@ -114,9 +114,12 @@ class CdcExtractOperator(CdcSparkOperator):
     def execute(self, context) -> dict:
         """Skip a window read before, try the empty-window rule, else run the extract job."""
         config = self.stream_config
+        store = self.state_store()
+        covered = self.covered(context, store)
+        if covered is not None:
+            return covered
         window = self.window(context)
         owner = run_owner(context)
-        store = self.state_store()
         folder = config.window_dir(window)
         skip = extract_skip(store, window, folder)
         if skip is not None:

@@ -30,6 +30,7 @@ from airflow_cdc.operators.commit import CdcCommitWindowOperator
 from airflow_cdc.operators.extract import CdcExtractOperator
 from airflow_cdc.operators.plan import DEFAULT_WAIT_TIMEOUT, CdcPlanOperator
 from airflow_cdc.pipeline.apply_step import DEFAULT_TOMBSTONE_HORIZON_SECONDS, ApplySettings
+from airflow_cdc.pipeline.catchup import DEFAULT_MAX_CATCHUP, CatchupLimit
 from airflow_cdc.pipeline.empty_window import DEFAULT_PROBE_LIMIT
 from airflow_cdc.pipeline.lease import DEFAULT_LEASE_SECONDS
 from airflow_cdc.pipeline.protocol import StreamConfig
@@ -97,6 +98,11 @@ class PipelineOptions:
     :param warm_driver_idle_seconds: run the Spark jobs in a warm driver on the worker, kept
         this many seconds after its last job (None: a spark-submit per job); see
         :mod:`airflow_cdc.spark.warm`.
+    :param max_catchup: when the stream is behind (an outage, a paused DAG, a backfill), one
+        window may read the following intervals of the schedule that are ready too, up to
+        this limit: a ``timedelta`` (the longest window), an ``int`` (the most intervals one
+        window reads) or None (one interval per window). The runs of the intervals it read
+        run no Spark job; their gates open with it. See :mod:`airflow_cdc.pipeline.catchup`.
     """
 
     catalog: IcebergCatalog | None = None
@@ -120,6 +126,10 @@ class PipelineOptions:
     fuse_apply: bool = True
     empty_window_probe_limit: int = DEFAULT_PROBE_LIMIT
     warm_driver_idle_seconds: float | None = None
+    max_catchup: Any = DEFAULT_MAX_CATCHUP
+
+    def __post_init__(self) -> None:
+        CatchupLimit.parse(self.max_catchup)  # a bad limit fails when the DAG is parsed
 
     @classmethod
     def named(cls, factory: str, options: Mapping[str, Any]) -> PipelineOptions:
@@ -165,6 +175,7 @@ def protocol_group(
             deferrable=options.deferrable,
             wait_poke_interval=wait_poke_interval,
             wait_timeout=options.gate_timeout,
+            max_catchup=options.max_catchup,
             **common,
         )
         settings = ApplySettings(
@@ -189,6 +200,7 @@ def protocol_group(
             **common,
             **spark,
         )
+        plan.skip_when_covered = (extract.task_id, commit.task_id, apply.task_id)
         plan >> extract >> commit >> apply >> gate_task(stream, options)
     return group
 
@@ -199,6 +211,9 @@ def gate_task(stream: StreamConfig, options: PipelineOptions) -> CdcWindowComple
 
     return CdcWindowCompleteSensor(
         task_id="gate",
+        # The plan of an interval a catch-up window covers skips extract, commit and apply;
+        # the gate still runs (it waits for that window and emits the interval's events).
+        trigger_rule="none_failed",
         stream_id=stream.stream_id,
         source=stream.source_name,
         cdc_state_conn_id=options.cdc_state_conn_id,

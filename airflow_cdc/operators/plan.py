@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -11,9 +12,20 @@ from airflow.providers.common.compat.sdk import AirflowException
 from airflow_cdc.metrics import report_step
 from airflow_cdc.model import Window, format_ts
 from airflow_cdc.operators.base import CdcWindowOperator
-from airflow_cdc.operators.task_context import default_deferrable, previous_run_task, run_owner
+from airflow_cdc.operators.task_context import (
+    default_deferrable,
+    previous_run_task,
+    run_owner,
+    schedule_of,
+)
+from airflow_cdc.pipeline.catchup import (
+    DEFAULT_MAX_CATCHUP,
+    CatchupLimit,
+    covered_summary,
+    following_intervals,
+)
 from airflow_cdc.pipeline.plan_step import (
-    first_window_order,
+    previous_interval_order,
     next_ask_in,
     plan_step,
     plan_summary,
@@ -35,7 +47,7 @@ class CdcPlanOperator(CdcWindowOperator):
     (the worker slot is freed) or, with ``deferrable=False``, polling in the task. A wait that
     outlasts ``wait_timeout`` fails the task naming the source's reason; the window stays
     unplanned and nothing is skipped. A stream's first window also waits for the plan of the
-    interval before it (:func:`~airflow_cdc.pipeline.plan_step.first_window_order`). Then the
+    interval before it (:func:`~airflow_cdc.pipeline.plan_step.previous_interval_order`). Then the
     window is planned (:func:`~airflow_cdc.pipeline.plan_step.plan_step`): its partitions (the
     stream's first window: the source's initial ones; partitions the source discovered are
     added) and the source's plan options go into the state store and the plan file.
@@ -43,6 +55,12 @@ class CdcPlanOperator(CdcWindowOperator):
     :param deferrable: wait in the triggerer (default ``[operators] default_deferrable``).
     :param wait_poke_interval: seconds between two questions to the source.
     :param wait_timeout: seconds after which the wait fails the task.
+    :param max_catchup: how far one window may reach past its own interval when the stream
+        is behind: a ``timedelta`` (the longest window), an ``int`` (the most intervals one
+        window reads) or None (one interval per window); see
+        :mod:`airflow_cdc.pipeline.catchup`.
+    :param skip_when_covered: task ids this task skips when its interval is covered by an
+        earlier run's catch-up window (the pipelines pass extract, commit and apply).
 
     The other parameters are :class:`~airflow_cdc.operators.base.CdcWindowOperator`'s.
     """
@@ -53,9 +71,13 @@ class CdcPlanOperator(CdcWindowOperator):
         deferrable: bool | None = None,
         wait_poke_interval: float = 30,
         wait_timeout: float = DEFAULT_WAIT_TIMEOUT,
+        max_catchup: Any = DEFAULT_MAX_CATCHUP,
+        skip_when_covered: Sequence[str] = (),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.catchup_limit = CatchupLimit.parse(max_catchup)
+        self.skip_when_covered = tuple(skip_when_covered)
         self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
         self.wait_poke_interval = float(wait_poke_interval)
         self.wait_timeout = float(wait_timeout)
@@ -65,7 +87,7 @@ class CdcPlanOperator(CdcWindowOperator):
         rule (the previous window still running: wait), then the source's."""
         from airflow_cdc.triggers.ready import SourceWindowProbe
 
-        window = self.window(context)
+        window = self.interval(context)
         return (
             f"{SourceWindowProbe.__module__}:{SourceWindowProbe.__qualname__}",
             {
@@ -78,24 +100,64 @@ class CdcPlanOperator(CdcWindowOperator):
         )
 
     def plan(self, context, decided: dict | None = None) -> dict:
-        """Plan the window; ``decided`` are plan options the readiness answer gave."""
-        window = self.window(context)
-        source = self.change_source()
+        """Plan the run's window; ``decided`` are plan options the readiness answer gave.
+
+        An interval an earlier run's catch-up window covers is recorded, not planned
+        (:meth:`record_covered`). A first plan extends the window over the following intervals
+        of the DAG's schedule that are ready, up to ``max_catchup``.
+        """
         store = self.state_store()
+        run = self.run_window(context, store)
+        if run.covered:
+            return self.record_covered(context, store, run)
+        interval = run.interval
+        source = self.change_source()
+        following = () if run.planned else self.following_intervals(context, interval)
         plan, found = plan_step(
-            store, self.stream_config, window, run_owner(context), self.lease_seconds,
+            store, self.stream_config, interval, run_owner(context), self.lease_seconds,
             source=source, hook=self.source_hook(source), catalog_name=self.iceberg_catalog.name,
-            decided=decided, guard=lambda call: self.open_window(context, store, window, call),
+            decided=decided, following=following,
+            guard=lambda call: self.open_window(context, store, interval, call),
         )
+        window = plan.window
+        if window.end > interval.end:
+            self.log.info("catch-up window %s reads the intervals up to %s with this run's",
+                          window.window_id, format_ts(window.end))
         report_step(context, store, window, "plan")
         return plan_summary(window, plan, found, source)
+
+    def following_intervals(self, context, interval: Window) -> list:
+        """The ends of the intervals after the run's that its window may cover now."""
+        if not self.catchup_limit.enabled:
+            return []
+        next_interval = schedule_of(context)
+        if next_interval is None:
+            return []
+        return following_intervals(interval, next_interval, datetime.now(timezone.utc),
+                                   self.catchup_limit)
+
+    def record_covered(self, context, store, run) -> dict:
+        """The run of an interval an earlier catch-up window read: record it, skip the steps
+        that would read, commit and apply it (that window's run does), and let the gate wait
+        for that window."""
+        from airflow.providers.common.compat.sdk import DownstreamTasksSkipped
+
+        record = store.record_covered_interval(run.interval)
+        summary = covered_summary(run)
+        self.log.info("interval %s is read by the catch-up window %s (recorded %s)",
+                      run.interval.window_id, record.window.window_id,
+                      format_ts(record.recorded_at))
+        if not self.skip_when_covered:
+            return summary
+        context["ti"].xcom_push(key="return_value", value=summary)
+        raise DownstreamTasksSkipped(tasks=list(self.skip_when_covered))
 
     def execute(self, context) -> dict:
         """Ask the source until the window can be read (deferring, or polling here), then plan."""
         from airflow_cdc.triggers.ready import load_probe
 
         named = self.readiness_probe(context)
-        window = self.window(context)
+        window = self.interval(context)
         probe = load_probe(*named)
         started = datetime.now(timezone.utc)
         deadline = wait_deadline(started, self.wait_timeout)
@@ -132,7 +194,7 @@ class CdcPlanOperator(CdcWindowOperator):
     def execute_complete(self, context, event: dict | None = None) -> dict:
         """Resume after the wait: plan on ``ready``, fail naming the reason otherwise."""
         event = event or {}
-        window = self.window(context)
+        window = self.interval(context)
         if event.get("status") == "timeout":
             self._wait_timed_out(window, event.get("reason"))
         if event.get("status") != "ready":
@@ -164,7 +226,7 @@ class CdcPlanOperator(CdcWindowOperator):
 
     def _ordered(self, context, window: Window, status):
         """``status``, held back while a stream's first window waits for the interval before it."""
-        return first_window_order(self.state_store(), window, self.task_id,
+        return previous_interval_order(self.state_store(), window, self.task_id,
                                   lambda: previous_run_task(context), status)
 
     def _wait_timed_out(self, window: Window, reason: str | None) -> None:

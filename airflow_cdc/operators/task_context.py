@@ -17,7 +17,7 @@ from typing import Any
 
 from airflow.providers.common.compat.sdk import AirflowFailException, conf
 
-from airflow_cdc.model import Window, ZeroWidthWindowError, format_ts
+from airflow_cdc.model import Window, ZeroWidthWindowError, ensure_utc, format_ts
 
 # Airflow DAG run states after which a run can no longer act on its window.
 FINISHED_RUN_STATES = frozenset({"success", "failed"})
@@ -153,3 +153,31 @@ def window_summary(record) -> dict:
 def default_deferrable() -> bool:
     """``[operators] default_deferrable`` (False when unset), read when a task is built."""
     return conf.getboolean("operators", "default_deferrable", fallback=False)
+
+
+def schedule_of(context: Mapping[str, Any]):
+    """The DAG's schedule as ``next_interval(start, end) -> (start, end) | None``: the data
+    interval the DAG's timetable gives after ``[start, end)`` (None past its ``end_date``, or
+    when the timetable gives no interval after it). None when the DAG's timetable cannot
+    say (a timetable without data intervals): a window then reads its own interval only."""
+    dag = context.get("dag")
+    timetable = getattr(dag, "timetable", None)
+    if timetable is None or not hasattr(timetable, "next_dagrun_info"):
+        return None
+    import pendulum
+    from airflow.timetables.base import DataInterval, TimeRestriction
+
+    restriction = TimeRestriction(earliest=getattr(dag, "start_date", None),
+                                  latest=getattr(dag, "end_date", None), catchup=True)
+
+    def next_interval(start: datetime, end: datetime):
+        last = DataInterval(pendulum.instance(start), pendulum.instance(end))
+        info = timetable.next_dagrun_info(last_automated_data_interval=last,
+                                          restriction=restriction)
+        if info is None or info.data_interval is None:
+            return None
+        return (ensure_utc("interval start", info.data_interval.start),
+                ensure_utc("interval end", info.data_interval.end))
+
+    return next_interval
+

@@ -273,12 +273,18 @@ def planning_readiness(store, window: Window) -> Readiness | None:
     None when only the source can tell.
 
     A window planned before is ready: its re-run returns the recorded plan and reads what the
-    first run read, whatever the source shows now. Windows of a stream commit strictly in
+    first run read, whatever the source shows now. So is an interval a catch-up window of an
+    earlier run covers (:mod:`airflow_cdc.pipeline.catchup`): its run only records that. Windows of a stream commit strictly in
     order: W waits while W-1 is still running (PLANNED or EXTRACTED). A FAILED W-1 will not
     commit by waiting, so that is not a wait: planning then fails and names it (re-run W-1).
     """
     if store.get_window(window.stream_id, window.start) is not None:
         return Readiness(True, "the window was planned before: its recorded plan is read")
+    covering = store.covering_window(window.stream_id, window.start)
+    if covering is not None:
+        return Readiness(
+            True, f"the interval is read by the catch-up window {covering.window.window_id}"
+        )
     earlier = [w for w in store.list_windows(window.stream_id) if w.start < window.start]
     if not earlier or earlier[-1].committed or earlier[-1].state is WindowState.FAILED:
         return None
@@ -311,6 +317,10 @@ class GateStatus:
 def gate_status(store, window: Window, covers: Callable | None = None) -> GateStatus:
     """Open when apply committed and every partition live in the window covered it.
 
+    ``window`` is a DAG run's interval: the window planned from its start (a catch-up
+    window reaching past it is gated whole), or, for an interval an earlier run's catch-up
+    window read, that window's gate (:func:`covered_gate_status`).
+
     ``covers(window, watermark, finished)`` is the source's rule
     (:meth:`~airflow_cdc.sources.base.ChangeSource.covers`; the base rule by default).
     """
@@ -319,7 +329,12 @@ def gate_status(store, window: Window, covers: Callable | None = None) -> GateSt
     covers = covers or ChangeSource.covers
     record = store.get_window(window.stream_id, window.start)
     if record is None:
-        return GateStatus(False, f"window {window.window_id} was never planned")
+        covering = store.covering_window(window.stream_id, window.start)
+        if covering is None:
+            return GateStatus(False, f"window {window.window_id} was never planned")
+        return covered_gate_status(covering)
+    # A catch-up window ends after its run's interval: the gate proves the whole window.
+    window = record.window
     state = WindowState(record.state)
     if state is WindowState.FAILED:
         return GateStatus(False, f"window failed: {record.failure_reason}", state)
@@ -359,3 +374,20 @@ def gate_status(store, window: Window, covers: Callable | None = None) -> GateSt
         )
     return GateStatus(True, "every partition live in the window reached its end", state,
                       record.low_watermark)
+
+
+def covered_gate_status(covering) -> GateStatus:
+    """The gate of an interval a catch-up window read (``covering``, its record): open once
+    that window is COMPLETE, which its own gate proved for the whole window."""
+    state = WindowState(covering.state)
+    name = f"catch-up window {covering.window.window_id}"
+    if state is WindowState.COMPLETE:
+        return GateStatus(True, f"the {name} that read this interval is COMPLETE", state,
+                          covering.low_watermark)
+    if state is WindowState.FAILED:
+        return GateStatus(False, f"the {name} that reads this interval failed: "
+                                 f"{covering.failure_reason}; re-run the DAG run that planned it",
+                          state, covering.low_watermark)
+    return GateStatus(False, f"the {name} that reads this interval is {state.value}: the "
+                             f"interval's gate opens when that window is COMPLETE",
+                      state, covering.low_watermark)

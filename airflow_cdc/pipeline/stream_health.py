@@ -8,6 +8,11 @@
   The stream's lag is its newest window's;
 * a window's **delay**: how long after its end it became COMPLETE (the freshness a consumer
   had when the gate opened);
+* the **backlog**: now minus the end of the stream's newest window, the start of the oldest
+  interval no window reads yet; counted in intervals of the stream's schedule (the newest
+  window's first interval: a catch-up window reads several, see
+  :mod:`airflow_cdc.pipeline.catchup`). A stream that keeps up has a backlog under one
+  interval plus its window's cost;
 * a **lagging** partition: a live partition whose watermark is before the end of the stream's
   newest committed window, the partitions a gate waits for; a **stalled** one: a lagging
   partition whose watermark has not moved for ``stall_seconds`` (a partition that caught up
@@ -98,6 +103,10 @@ class StreamHealth:
     live_partitions: int
     lagging_partitions: int
     behind: datetime | None  # the end of the newest committed window: lagging is before it
+    oldest_unplanned: datetime | None = None  # the newest window's end
+    backlog_seconds: float | None = None
+    intervals_behind: int | None = None
+    newest_covers: int = 0  # intervals of later runs the newest window read (catch-up)
 
 
 def stream_health(store, stream, now: datetime) -> StreamHealth:
@@ -111,6 +120,7 @@ def stream_health(store, stream, now: datetime) -> StreamHealth:
     committed = store.newest_windows(stream.stream_id, 1, states=COMMITTED_OR_LATER)
     behind = committed[0].end if committed else None
     live, lagging = store.count_live_partitions(stream.stream_id, behind)
+    covered = store.covered_intervals(stream.stream_id, newest.start) if newest else []
     if newest is None:
         state = "new"
     elif newest.state is WindowState.FAILED:
@@ -136,7 +146,26 @@ def stream_health(store, stream, now: datetime) -> StreamHealth:
         live_partitions=live,
         lagging_partitions=lagging,
         behind=behind,
+        **backlog(newest, covered, now),
     )
+
+
+def backlog(newest, covered, now: datetime) -> dict:
+    """The backlog fields of :class:`StreamHealth` from the newest window and the intervals of
+    later runs it covered (recorded so far). The interval is the newest window's first: up to
+    its first covered interval when it is a catch-up window whose later runs ran, else the
+    window itself."""
+    if newest is None:
+        return {}
+    first = covered[0].start if covered else newest.end
+    interval = (first - newest.start).total_seconds()
+    seconds = max(0.0, (now - newest.end).total_seconds())
+    return {
+        "oldest_unplanned": newest.end,
+        "backlog_seconds": seconds,
+        "intervals_behind": int(seconds // interval) if interval > 0 else None,
+        "newest_covers": len(covered),
+    }
 
 
 @dataclass(frozen=True)

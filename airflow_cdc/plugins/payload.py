@@ -67,6 +67,11 @@ def stream_payload(health, now: datetime) -> dict:
         "lag": duration_text(health.lag_seconds),
         "live_partitions": health.live_partitions,
         "lagging_partitions": health.lagging_partitions,
+        "backlog_seconds": health.backlog_seconds,
+        "backlog": duration_text(health.backlog_seconds),
+        "intervals_behind": health.intervals_behind,
+        "oldest_unplanned": format_ts(health.oldest_unplanned) if health.oldest_unplanned else None,
+        "newest_covers": health.newest_covers,
     }
 
 

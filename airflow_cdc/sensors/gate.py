@@ -17,8 +17,11 @@ Two ways to wait, one rule (:func:`airflow_cdc.pipeline.protocol.gate_status`):
   naming the partitions that held the window back.
 
 When the gate opens it marks the window COMPLETE, pushes the window summary to XCom
-(``window_summary``), and sets the extra of the asset events of its outlets (the pipeline's
-Iceberg tables). On Airflow >= 3.3 it also mirrors the low watermark into each outlet's
+(``window_summary``), and emits one event per outlet (the pipeline's Iceberg tables) with the
+window as extra and the run's interval as partition key
+(:func:`~airflow_cdc.pipeline.catchup.interval_partition_key`). The gate of an interval an earlier
+run's catch-up window read (:mod:`airflow_cdc.pipeline.catchup`) opens when that window is
+COMPLETE and emits its own interval's events, so every interval has one. On Airflow >= 3.3 it also mirrors the low watermark into each outlet's
 ``asset_state_store`` and the window's progress into ``task_state_store``.
 """
 
@@ -42,6 +45,8 @@ from airflow_cdc.operators.task_context import (
     window_from_context,
     window_summary,
 )
+from airflow_cdc.model import format_ts
+from airflow_cdc.pipeline.catchup import covering_fields, interval_partition_key, run_window
 from airflow_cdc.pipeline.protocol import gate_status
 
 # The deferral's own timeout is a backstop behind the trigger's deadline: the trigger fires
@@ -212,22 +217,37 @@ class CdcWindowCompleteSensor(BaseSensorOperator):
         label, explanation = declared
         return f"{label}: {explanation}; {reason}", {"completeness": label}
 
-    def _complete(self, context, store, window, reason: str, polls: int | None = None) -> dict:
-        note, fields = self.completeness(store, window, reason)
-        record = store.mark_complete(window, completeness_note=note)
-        report_step(context, store, window, "gate", record)
+    def _complete(self, context, store, interval, reason: str, polls: int | None = None) -> dict:
+        """Record the window COMPLETE (a covered interval's window already is) and emit the
+        run's events: one per outlet, with the interval's partition key and the window's
+        extra."""
+        run = run_window(store, interval)
+        if run.covered:
+            record = store.get_window(run.window.stream_id, run.window.start)
+            note, fields = reason, {"completeness": "covered", **covering_fields(run)}
+        else:
+            note, fields = self.completeness(store, run.window, reason)
+            record = store.mark_complete(run.window, completeness_note=note)
+            report_step(context, store, run.window, "gate", record)
         counts = record.counts or {}
         own = {k: counts.get(k) for k in self._source_class().summary_counts}
-        summary = {**window_summary(record), **own, **fields}
+        key = interval_partition_key(interval)
+        intervals = {"interval_start": format_ts(interval.start),
+                     "interval_end": format_ts(interval.end), "partition_key": key}
+        summary = {**window_summary(record), **own, **fields, **intervals}
         context["ti"].xcom_push(key="window_summary", value=summary)
-        extra = {**asset_event_extra(window_summary(record)), **fields}
+        extra = {**asset_event_extra(window_summary(record)), **fields, **intervals}
         outlet_events = context.get("outlet_events")
         for asset in self.asset_outlets:
             if outlet_events is not None:
-                outlet_events[asset].extra = dict(extra)
+                event = outlet_events[asset]
+                event.extra = dict(extra)
+                if hasattr(event, "add_partitions"):  # Airflow >= 3.2: partitioned events
+                    event.add_partitions(key)
         mirror_task_progress(context, "gate", {**summary, "deferred_polls": polls})
         mirror_asset_watermark(context, self.asset_outlets, summary, log=self.log)
-        self.log.info("window %s is complete: %s", window.window_id, note)
+        self.log.info("interval %s is complete (window %s): %s", interval.window_id,
+                      record.window.window_id, note)
         crash_point("gate.after_asset_event")
         return summary
 

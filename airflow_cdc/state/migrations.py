@@ -222,6 +222,43 @@ def _v3_window_steps(conn: Connection) -> None:
     ).create(conn)
 
 
+def _v4_covered_intervals(conn: Connection) -> None:
+    # A catch-up window reads the intervals of several DAG runs at once; each of the other
+    # runs records here that its interval was read by that window, so every interval keeps a
+    # record (its gate and Asset event follow the covering window). A window is deleted only
+    # with its stream, so the rows reference it.
+    md = MetaData()
+    Table(
+        "cdc_windows",
+        md,
+        Column("stream_id", String(128)),
+        Column("window_start", UtcDateTime),
+        PrimaryKeyConstraint("stream_id", "window_start"),
+    )
+    Table(
+        "cdc_covered_intervals",
+        md,
+        Column("stream_id", String(128), nullable=False),
+        Column("interval_start", UtcDateTime, nullable=False),
+        Column("interval_end", UtcDateTime, nullable=False),
+        Column("window_start", UtcDateTime, nullable=False),
+        Column("recorded_at", UtcDateTime, nullable=False),
+        PrimaryKeyConstraint("stream_id", "interval_start", name="pk_cdc_covered_intervals"),
+        ForeignKeyConstraint(
+            ["stream_id", "window_start"],
+            ["cdc_windows.stream_id", "cdc_windows.window_start"],
+            name="fk_cdc_covered_intervals_window",
+        ),
+        CheckConstraint("interval_start < interval_end", name="ck_cdc_covered_intervals_width"),
+        CheckConstraint("window_start < interval_start", name="ck_cdc_covered_intervals_inside"),
+    ).create(conn)
+    Index(
+        "ix_cdc_covered_intervals_window",
+        md.tables["cdc_covered_intervals"].c.stream_id,
+        md.tables["cdc_covered_intervals"].c.window_start,
+    ).create(conn)
+
+
 @dataclass(frozen=True)
 class Migration:
     version: int
@@ -233,6 +270,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "streams, partitions, windows and window_partitions tables", _v1_tables),
     Migration(2, "indexes for the live-partition, purge and gate queries", _v2_indexes),
     Migration(3, "window step timings; windows by state, newest first", _v3_window_steps),
+    Migration(4, "intervals a catch-up window covered", _v4_covered_intervals),
 )
 HEAD_VERSION = MIGRATIONS[-1].version
 

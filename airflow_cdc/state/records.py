@@ -173,3 +173,27 @@ class WindowPlan:
 
     window: WindowRecord
     positions: tuple[PartitionPosition, ...]
+
+
+@dataclass(frozen=True)
+class CoveredIntervalRecord:
+    """A DAG run's interval that a catch-up window read with its own: the run's record.
+
+    ``window`` is the covering window (it starts before the interval and ends at or after
+    it); the interval's gate opens when that window is COMPLETE.
+    """
+
+    stream_id: str
+    start: datetime
+    end: datetime
+    window_start: datetime
+    window_end: datetime
+    recorded_at: datetime
+
+    @property
+    def interval(self) -> Window:
+        return Window(self.stream_id, self.start, self.end)
+
+    @property
+    def window(self) -> Window:
+        return Window(self.stream_id, self.window_start, self.window_end)

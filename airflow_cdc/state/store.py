@@ -29,7 +29,16 @@ from airflow_cdc.model import (
     validate_identifier,
 )
 from airflow_cdc.state import engine as engines
-from airflow_cdc.state import leases, migrations, partitions, plans, steps, streams, windows
+from airflow_cdc.state import (
+    coverage,
+    leases,
+    migrations,
+    partitions,
+    plans,
+    steps,
+    streams,
+    windows,
+)
 from airflow_cdc.state.arguments import (
     check_initial_positions,
     require_int,
@@ -42,6 +51,7 @@ from airflow_cdc.state.arguments import (
 from airflow_cdc.state.errors import SchemaVersionError
 from airflow_cdc.state.records import (
     LIVE_PARTITION_STATES,
+    CoveredIntervalRecord,
     PartitionRecord,
     StreamRecord,
     WindowPartitionRecord,
@@ -306,6 +316,37 @@ class StateStore:
         wanted = None if states is None else tuple(states)
         with self._read() as conn:
             return windows.newest(conn, stream_id, limit, wanted, before)
+
+    def covering_window(self, stream_id: str, start: datetime) -> WindowRecord | None:
+        """The stream's window that starts before ``start`` and ends after it: the catch-up
+        window that read the interval starting at ``start`` (None if no window did)."""
+        validate_identifier("stream id", stream_id)
+        start = ensure_utc("interval start", start)
+        with self._read() as conn:
+            return coverage.covering(conn, stream_id, start)
+
+    def record_covered_interval(self, interval: Window) -> CoveredIntervalRecord:
+        """Record that ``interval`` (a DAG run's data interval) was read by the catch-up window
+        covering it (:mod:`airflow_cdc.state.coverage`); recording it again changes nothing."""
+        require_window(interval)
+        return self._write(coverage.record, interval)
+
+    def covered_interval(self, stream_id: str, start: datetime) -> CoveredIntervalRecord | None:
+        """The recorded covered interval of the stream starting at ``start``, if any."""
+        validate_identifier("stream id", stream_id)
+        start = ensure_utc("interval start", start)
+        with self._read() as conn:
+            return coverage.get(conn, stream_id, start)
+
+    def covered_intervals(
+        self, stream_id: str, window_start: datetime | None = None
+    ) -> list[CoveredIntervalRecord]:
+        """The stream's covered intervals in time order; only one window's, if named."""
+        validate_identifier("stream id", stream_id)
+        if window_start is not None:
+            window_start = ensure_utc("window start", window_start)
+        with self._read() as conn:
+            return coverage.of_stream(conn, stream_id, window_start)
 
     def window_state_counts(self, stream_id: str) -> dict[WindowState, int]:
         """How many windows the stream has in each state."""

@@ -14,7 +14,14 @@ from sqlalchemy.engine import Connection
 from airflow_cdc.state.errors import StreamConfigChangedError
 from airflow_cdc.state.records import StreamRecord
 from airflow_cdc.state.rows import stream_record
-from airflow_cdc.state.tables import partitions, streams, window_partitions, window_steps, windows
+from airflow_cdc.state.tables import (
+    covered_intervals,
+    partitions,
+    streams,
+    window_partitions,
+    window_steps,
+    windows,
+)
 
 
 def register(
@@ -53,5 +60,6 @@ def reset(conn: Connection, now: datetime, stream_id: str) -> None:
     conn.execute(
         select(streams.c.stream_id).where(streams.c.stream_id == stream_id).with_for_update()
     )
-    for table in (window_steps, window_partitions, windows, partitions, streams):
+    for table in (covered_intervals, window_steps, window_partitions, windows, partitions,
+                  streams):
         conn.execute(delete(table).where(table.c.stream_id == stream_id))

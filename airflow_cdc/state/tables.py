@@ -157,3 +157,17 @@ window_steps = Table(
         ["stream_id", "window_start"], ["cdc_windows.stream_id", "cdc_windows.window_start"]
     ),
 )
+
+covered_intervals = Table(
+    "cdc_covered_intervals",
+    metadata,
+    Column("stream_id", String(128), nullable=False),
+    Column("interval_start", UtcDateTime, nullable=False),
+    Column("interval_end", UtcDateTime, nullable=False),
+    Column("window_start", UtcDateTime, nullable=False),
+    Column("recorded_at", UtcDateTime, nullable=False),
+    PrimaryKeyConstraint("stream_id", "interval_start"),
+    ForeignKeyConstraint(
+        ["stream_id", "window_start"], ["cdc_windows.stream_id", "cdc_windows.window_start"]
+    ),
+)

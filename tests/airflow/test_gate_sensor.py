@@ -87,20 +87,22 @@ def test_deferrable_gate_marks_the_window_complete(completed, sandbox):
     assert sandbox.get_window("orders", W1.start).state is WindowState.COMPLETE
 
 
-def test_gate_emits_the_asset_event_with_the_window_extra(completed):
+def test_gate_emits_the_asset_event_with_the_window_extra_and_the_intervals_partition_key(
+        completed):
     from airflow.models.asset import AssetEvent, AssetModel
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
     with create_session() as session:
         events = session.execute(
-            select(AssetModel.name, AssetEvent.extra)
+            select(AssetModel.name, AssetEvent.partition_key, AssetEvent.extra)
             .join(AssetModel, AssetEvent.asset_id == AssetModel.id)
             .where(AssetEvent.source_run_id == completed.run_id)
         ).all()
     assert events == [
         (
             "lake.current.orders",
+            "2024-05-01T09:00:00",
             {
                 "stream": "orders",
                 "window_start": "2024-05-01T09:00:00.000000Z",
@@ -110,6 +112,9 @@ def test_gate_emits_the_asset_event_with_the_window_extra(completed):
                 "changelog_snapshot_id": 11,
                 "target_snapshot_ids": {TARGET: 7},
                 "completeness": "evidence",
+                "interval_start": "2024-05-01T09:00:00.000000Z",
+                "interval_end": "2024-05-01T10:00:00.000000Z",
+                "partition_key": "2024-05-01T09:00:00",
             },
         )
     ]

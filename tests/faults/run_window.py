@@ -28,6 +28,8 @@ def main(argv: list[str]) -> int:
         return 2
     run = dag.test(logical_date=end, run_after=end)
     state = getattr(run, "state", None)
+    for ti in sorted(run.get_task_instances(), key=lambda ti: ti.task_id):
+        print(f"run_window: task {ti.task_id}: {ti.state}", flush=True)
     print(f"run_window: {dag_id} window ending {end.isoformat()}: {state}", flush=True)
     return 0 if state == DagRunState.SUCCESS else 1
 

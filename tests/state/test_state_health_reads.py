@@ -8,6 +8,7 @@ import pytest
 
 from airflow_cdc.model import WindowState
 from airflow_cdc.state import StateStore
+from airflow_cdc.state.migrations import HEAD_VERSION
 
 from .helpers import LEASE, T0, at, continuing, finished, position, run_window, window
 
@@ -127,7 +128,7 @@ def test_a_version_2_store_upgrades_to_record_step_timings(state_url):
     with StateStore(state_url) as store:
         store.migrate(2)
     with StateStore(state_url) as store:
-        assert store.migrate() == 3
+        assert store.migrate() == HEAD_VERSION
         store.register_stream("orders", "spanner", "fingerprint-1")
         run_window(store, window(0), [continuing("a", window(0).end)], initial=[position("a")])
         store.record_step(window(0), "commit", T0, at(1))

@@ -175,6 +175,10 @@ async function loadStream(streamId, append) {
     summaryItem("complete up to", complete ? ts(complete.end) : "nothing yet"),
     summaryItem("freshness", s.freshness),
     summaryItem("lag", s.lag, s.lag_seconds > 0 ? "warn" : ""),
+    summaryItem("backlog", s.intervals_behind == null ? s.backlog
+      : `${s.backlog} (${s.intervals_behind} interval${s.intervals_behind === 1 ? "" : "s"} behind)`,
+      s.intervals_behind > 1 ? "warn" : ""),
+    ...(s.newest_covers ? [summaryItem("catch-up", `newest window read ${s.newest_covers} later interval${s.newest_covers === 1 ? "" : "s"}`)] : []),
     summaryItem("windows", String(s.windows)),
     summaryItem("live partitions", String(s.live_partitions)),
     summaryItem("lagging", String(s.lagging_partitions), s.lagging_partitions ? "warn" : ""),
