@@ -8,7 +8,8 @@ partitions that hold it back (or skips it, with ``CDC_GATE_SOFT_FAIL=true``).
 
 Configured by environment: ``CDC_GATE_STREAM`` (the stream id), ``CDC_GATE_WINDOW_MINUTES``
 (the pipeline's window), ``CDC_GATE_START``, ``CDC_GATE_END``, ``CDC_GATE_TIMEOUT_SECONDS``,
-``CDC_GATE_POLL_SECONDS``, ``CDC_GATE_SOFT_FAIL``, ``CDC_GATE_DEFERRABLE`` (default true) and
+``CDC_GATE_POLL_SECONDS``, ``CDC_GATE_SOFT_FAIL``, ``CDC_GATE_DEFERRABLE`` (default true),
+``CDC_GATE_CATCHUP`` (``true``: a run for every interval since the start) and
 ``CDC_GATE_TABLES`` (the target tables the gate announces as Assets, ``ns.name``).
 """
 
@@ -34,7 +35,7 @@ with DAG(
     schedule=DeltaDataIntervalTimetable(WINDOW),
     start_date=START,
     end_date=datetime.fromisoformat(END) if END else None,
-    catchup=False,
+    catchup=os.environ.get("CDC_GATE_CATCHUP", "").lower() == "true",
     max_active_runs=1,
     tags=["cdc", "gate", "example"],
     doc_md=__doc__,

@@ -154,6 +154,9 @@ def test_resumed_gate_emitted_the_asset_event_with_the_window_extra(deployment):
                 "changelog_snapshot_id": 11,
                 "target_snapshot_ids": {"lake.current.orders": 7},
                 "completeness": "evidence",
+                "interval_start": format_ts(window.start),
+                "interval_end": format_ts(window.end),
+                "partition_key": f"{window.start:%Y-%m-%dT%H:%M:%S}",
             },
         )
     ]

@@ -244,6 +244,9 @@ def test_every_window_emits_an_asset_event_per_table_with_the_window_extra(repla
             "changelog_snapshot_id": record.changelog_snapshot_id,
             "target_snapshot_ids": record.target_snapshot_ids,
             "completeness": "evidence",
+            "interval_start": format_ts(record.start),
+            "interval_end": format_ts(end),
+            "partition_key": f"{record.start:%Y-%m-%dT%H:%M:%S}",
         }
         names = ["lake.cdc.allchanges_changelog"] + [f"lake.current.{t}" for t in TABLES]
         assert asset_events(replay["runs"][end]) == {name: expected for name in names}

@@ -43,6 +43,11 @@ if str(ROOT) not in sys.path:
 from airflow_cdc.faults import ARMED_ENV, POINT_ENV, POINTS  # noqa: E402
 
 RUNNER = Path(__file__).with_name("run_window.py")
+# The matrix also crashes catch-up windows (two intervals each) of these sources at the points
+# inside a window's work: reading, recording and applying a span of several intervals.
+CATCHUP_SOURCES = ("spanner_change_stream", "bigtable_change_stream")
+CATCHUP_POINTS = ("extract.reading", "commit.in_transaction", "apply.after_target_commit")
+CATCHUP_INTERVALS = 2
 RUN_TIMEOUT = 20 * 60
 
 
@@ -100,30 +105,43 @@ def run_window(world, end: datetime, log: Path, point: str | None = None) -> int
     return process.returncode
 
 
-def run_world(world, points: list[str], say=print) -> list[PointResult]:
-    """The world's windows, window k crashed at ``points[k]``, the last one without a crash."""
+def run_world(world, points: list[str], say=print, catchup: int = 1) -> list[PointResult]:
+    """The world's windows, window k crashed at ``points[k]``, the last one without a crash.
+
+    With ``catchup`` above 1 each window is a catch-up window of that many intervals (the
+    example DAG's ``max_catchup``): the run of its first interval plans it and is the one
+    crashed and run again; the runs of the intervals it covers follow, without a crash.
+    """
     results = []
-    ends = world.window_ends(len(points) + 1)
+    span = world.window * catchup
+    if catchup > 1:
+        world.env["CDC_MAX_CATCHUP_MINUTES"] = str(span.total_seconds() / 60)
+    ends = ([world.start + span * (i + 1) for i in range(len(points) + 1)] if catchup > 1
+            else world.window_ends(len(points) + 1))
     log = world.base / "runs.log"
+    intervals: list[datetime] = []
     for index, end in enumerate(ends):
         point = points[index] if index < len(points) else None
         began = time.monotonic()
         world.before_window(end)
         check, crash = Check(), "none"
+        runs = [end - span + world.window * (k + 1) for k in range(catchup)]
         if point is not None:
             world.armed_file.write_text(point)
-            status = run_window(world, end, log, point)
+            status = run_window(world, runs[0], log, point)
             reached = not world.armed_file.exists()
             world.armed_file.unlink(missing_ok=True)
             crash = ("killed" if status == -9 else "failed") if reached else "not reached"
             if not reached:
                 check.failed.append(f"crash point {point} was not reached (run status {status})")
-        status = run_window(world, end, log)
-        if status != 0:
-            check.failed.append(f"the run of the window ending {end.isoformat()} ended with "
-                                f"status {status} (see {log})")
+        for run_end in runs:
+            status = run_window(world, run_end, log)
+            if status != 0:
+                check.failed.append(f"the run of the interval ending {run_end.isoformat()} "
+                                    f"ended with status {status} (see {log})")
+        intervals += runs
         check.merge(world.check(end, ends[: index + 1]))
-        check.merge(common_checks(world, ends[: index + 1]))
+        check.merge(common_checks(world, ends[: index + 1], span, intervals))
         result = PointResult(world.name, point, end, crash, check, time.monotonic() - began)
         say(result.line())
         results.append(result)
@@ -131,11 +149,17 @@ def run_world(world, points: list[str], say=print) -> list[PointResult]:
 
 
 # --- checks every world shares ------------------------------------------------------------
-def common_checks(world, ends: list[datetime]) -> Check:
-    """State store, changelog commits and asset events after the windows ending at ``ends``."""
+def common_checks(world, ends: list[datetime], span=None,
+                  intervals: list[datetime] | None = None) -> Check:
+    """State store, changelog commits and asset events after the windows ending at ``ends``
+    (each ``span`` long: the world's window, or a catch-up window's intervals) and the DAG
+    runs of the intervals ending at ``intervals`` (default: one per window)."""
+    from airflow_cdc.model import Window
+
     check = Check()
     from airflow_cdc.state import StateStore
 
+    span = span or world.window
     store = StateStore(world.env["AIRFLOW_CDC_STATE_URL"])
     try:
         records = {r.window.end: r for r in store.list_windows(world.stream_id)}
@@ -152,12 +176,12 @@ def common_checks(world, ends: list[datetime]) -> Check:
     changelog = world.warehouse / "cdc" / f"{world.stream_id}_changelog"
     commits = window_commits(changelog)
     for end in ends:
-        window_id = world.window_id(end)
+        window_id = Window(world.stream_id, end - span, end).window_id
         if commits.get(window_id, 0) != 1:
             target = check.duplicated if commits.get(window_id, 0) > 1 else check.failed
             target.append(f"{commits.get(window_id, 0)} changelog commits of window {window_id}")
     check.merge(changelog_duplicates(changelog))
-    check.merge(asset_events(world, ends))
+    check.merge(asset_events(world, intervals or ends))
     return check
 
 
@@ -198,8 +222,10 @@ def changelog_duplicates(table_dir: Path) -> Check:
 
 
 def asset_events(world, ends: list[datetime], run_ids: list[str] | None = None) -> Check:
-    """Exactly one asset event per outlet and window (none lost, none doubled), among the
-    events of the runs ``run_ids`` (default: run_window.py's, whose run id is the window end)."""
+    """Exactly one asset event per outlet and DAG run interval ending at ``ends`` (none lost,
+    none doubled), among the events of the runs ``run_ids`` (default: run_window.py's, whose
+    run id is the interval end). An event names its interval (``interval_end``), else its
+    window (one interval per window)."""
     from airflow.models.asset import AssetEvent, AssetModel
     from airflow.utils.session import create_session
     from sqlalchemy import select
@@ -213,7 +239,8 @@ def asset_events(world, ends: list[datetime], run_ids: list[str] | None = None) 
             .where(AssetEvent.source_run_id.in_(run_ids or [f"manual__{end.isoformat()}" for end in ends]))
             .where(AssetEvent.timestamp >= world.created_at)  # not an earlier world's runs
         ).all()
-    per = Counter((uri, (extra or {}).get("window_end")) for uri, extra in rows)
+    per = Counter((uri, (extra or {}).get("interval_end") or (extra or {}).get("window_end"))
+                  for uri, extra in rows)
     uris = {uri for uri, _ in per}
     if not uris:
         check.failed.append(f"no asset event of {world.dag_id}")
@@ -223,9 +250,9 @@ def asset_events(world, ends: list[datetime], run_ids: list[str] | None = None) 
         for uri in uris:
             count = max(per.get((uri, format_ts(end)), 0), per.get((uri, end.isoformat()), 0))
             if count == 0:
-                check.lost.append(f"no asset event of {uri} for the window ending {end.isoformat()}")
+                check.lost.append(f"no asset event of {uri} for the interval ending {end.isoformat()}")
             elif count > 1:
-                check.duplicated.append(f"{count} asset events of {uri} for the window ending {end.isoformat()}")
+                check.duplicated.append(f"{count} asset events of {uri} for the interval ending {end.isoformat()}")
     return check
 
 
@@ -284,6 +311,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="only these sources (repeatable; default all)")
     parser.add_argument("--point", action="append", choices=list(POINTS),
                         help="only these crash points (repeatable; default all, in protocol order)")
+    parser.add_argument("--catchup", type=int, default=None,
+                        help="only catch-up windows of this many intervals (the run of each "
+                             "window's first interval is the one crashed); default: every "
+                             f"source without, then {', '.join(CATCHUP_SOURCES)} with "
+                             f"{CATCHUP_INTERVALS} at {', '.join(CATCHUP_POINTS)}")
     args = parser.parse_args(argv)
     base = Path(args.base).resolve()
     if base.exists():
@@ -291,19 +323,32 @@ def main(argv: list[str] | None = None) -> int:
     base.mkdir(parents=True)
     points = args.point or list(POINTS)
     sources = args.source or list(WORLDS)
+    if args.catchup is not None:
+        plan = [(name, args.catchup, points) for name in sources]
+    else:
+        plan = [(name, 1, points) for name in sources]
+        plan += [(name, CATCHUP_INTERVALS, list(args.point or CATCHUP_POINTS))
+                 for name in CATCHUP_SOURCES if name in sources]
     results: list[PointResult] = []
     started = time.monotonic()
     with airflow_home(base):
-        for name in sources:
-            with WORLDS[name](base / name) as world:
-                results += run_world(world, points, say=lambda line: print(line, flush=True))
+        for name, catchup, world_points in plan:
+            folder = base / (name if catchup == 1 else f"{name}-catchup{catchup}")
+            with WORLDS[name](folder) as world:
+                if catchup > 1:
+                    world.name = f"{name}+catchup{catchup}"
+                results += run_world(world, world_points,
+                                     say=lambda line: print(line, flush=True), catchup=catchup)
     lost = sum(len(r.check.lost) for r in results)
     duplicated = sum(len(r.check.duplicated) for r in results)
     failed = sum(len(r.check.failed) for r in results)
     print(f"faults: {len(results)} windows in {time.monotonic() - started:.0f} s, logs under {base}",
           flush=True)
-    print(f"faults: points={len(points)} sources={len(sources)} lost={lost} duplicated={duplicated} "
-          f"failed={failed}", flush=True)
+    catchups = [f"{name}+catchup{catchup}" for name, catchup, _ in plan if catchup > 1]
+    if catchups:
+        print(f"faults: catch-up windows crashed in {', '.join(catchups)}", flush=True)
+    print(f"faults: points={len(points)} sources={len(sources)} lost={lost} "
+          f"duplicated={duplicated} failed={failed}", flush=True)
     return 0 if lost == duplicated == failed == 0 else 1
 
 
