@@ -22,7 +22,7 @@ SYSTEM_JARS := /usr/share/java/postgresql.jar /usr/share/java/sqlite-jdbc.jar /u
 export AIRFLOW_HOME ?= $(CURDIR)/.airflow
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
-.PHONY: setup test test-spark4 test-long test-live faults races hostile check-install demo ui-screenshot demo-datastream demo-bigtable demo-debezium demo-debezium-mariadb demo-snapshot demo-commit-ts demo-cluster live-datastream live-bigtable live-debezium live-commit-ts bench docs services system-packages constraints clean
+.PHONY: setup test test-spark4 test-long test-live faults races hostile check-install demo ui-screenshot demo-datastream demo-bigtable demo-debezium demo-debezium-mariadb demo-snapshot demo-commit-ts demo-cluster demo-catchup live-datastream live-bigtable live-debezium live-commit-ts bench docs services system-packages constraints clean
 
 # Bytecode is written on first import, so every later process (each spark-submit's driver,
 # each Python worker of Spark, each Airflow task) loads it instead of compiling its modules
@@ -186,6 +186,13 @@ demo-cluster: setup
 ## schedule while a writer lands files in wall-clock time (about 6 minutes).
 live-datastream: setup
 	$(PY) -m demo.live_datastream
+
+## demo-catchup: the live Bigtable DAG stopped (paused) for 5 minutes of its 1-minute schedule
+## while a writer goes on, then resumed: one catch-up window reads the missed intervals and
+## their runs pass with it (about 12 minutes; last line `demo-catchup: OK intervals=<n>
+## windows=<m> backlog_s=<s> drain_s=<s> mismatches=0`).
+demo-catchup: setup
+	$(PY) -m demo.catchup
 
 ## live-bigtable: the Bigtable DAG under Airflow's scheduler and triggerer on a 1-minute
 ## schedule while a writer changes the emulator's table through the client (about 6 minutes).

@@ -52,6 +52,11 @@ COST = {
 # own in one window of at most m minutes (unset: one interval per window).
 MAX_CATCHUP = (timedelta(minutes=float(os.environ["CDC_MAX_CATCHUP_MINUTES"]))
                if os.environ.get("CDC_MAX_CATCHUP_MINUTES") else None)
+# Catch-up and overlap (make live-* and bench/catchup.py): CDC_CATCHUP=true gives every interval
+# since CDC_START a run, CDC_MAX_ACTIVE_RUNS runs that many at once, CDC_END ends the schedule.
+CATCHUP = os.environ.get("CDC_CATCHUP", "").lower() == "true"
+MAX_ACTIVE_RUNS = int(os.environ.get("CDC_MAX_ACTIVE_RUNS", "1"))
+END = datetime.fromisoformat(os.environ["CDC_END"]) if os.environ.get("CDC_END") else None
 # With CDC_DATAPROC_CLUSTER the Spark jobs run on that Dataproc cluster (AIRFLOW_CDC_WORK_ROOT
 # must then be a gs:// URI the cluster reads); make demo-cluster sets both.
 DATAPROC = DataprocCluster(
@@ -66,8 +71,9 @@ with DAG(
     # A plain "@hourly" would give zero-width intervals in Airflow 3 and is refused.
     schedule=CronDataIntervalTimetable(f"*/{WINDOW_MINUTES} * * * *", timezone="UTC"),
     start_date=START.astimezone(timezone.utc),
-    catchup=False,
-    max_active_runs=1,
+    end_date=END,
+    catchup=CATCHUP,
+    max_active_runs=MAX_ACTIVE_RUNS,
     tags=["cdc", "spanner", "iceberg"],
     doc_md=__doc__,
 ):

@@ -25,13 +25,14 @@ from airflow_cdc.pipeline.catchup import (
     following_intervals,
 )
 from airflow_cdc.pipeline.plan_step import (
-    previous_interval_order,
     next_ask_in,
     plan_step,
     plan_summary,
+    previous_interval_order,
     wait_deadline,
     wait_timed_out_message,
 )
+from airflow_cdc.pipeline.protocol import planning_readiness
 
 # How long the plan waits for a source's evidence by default: six hours.
 DEFAULT_WAIT_TIMEOUT = 6 * 3600
@@ -201,10 +202,12 @@ class CdcPlanOperator(CdcWindowOperator):
             raise AirflowException(
                 event.get("message") or f"window {window.window_id}: unknown wait event {event!r}"
             )
-        waiting = self._ordered(context, window, None)
-        if waiting is not None:
-            # The source is ready but an earlier interval's plan still runs: wait for it here,
-            # then ask the probe again from the start.
+        # The trigger's answer may be older than the state store: the interval before may have
+        # been planned since (its window still running), or still be unplanned. Either waits.
+        waiting = self._ordered(context, window, planning_readiness(self.state_store(), window))
+        if waiting is not None and not waiting.ready:
+            # The source is ready but an earlier interval's window still runs or is unplanned:
+            # wait for it here, then ask the probe again from the start.
             from airflow.providers.standard.triggers.temporal import DateTimeTrigger
 
             self.log.info("window %s waits: %s", window.window_id, waiting.reason)

@@ -105,3 +105,21 @@ def test_newest_read_timestamp_skips_lines_that_are_not_events():
     content = b'not json\n{"read_timestamp": "2030-01-01T00:40:00.000Z"}\n[1]\n{"read_timestamp": 5}\n'
     newest = newest_read_timestamp(content, "json")
     assert newest.isoformat() == "2030-01-01T00:40:00+00:00"
+
+
+def test_a_catchup_window_reaches_the_last_interval_whose_evidence_past_lateness_landed(tmp_path):
+    from airflow_cdc.model import Window
+    from airflow_cdc.pipeline.catchup import catchup_window
+
+    length = WIN.end - WIN.start
+    read = WIN.end + 2 * length + LATENESS + timedelta(seconds=3)  # covers two more intervals
+    land(tmp_path / "a.jsonl", [mysql({"id": 1}, read=read)], read + timedelta(seconds=5))
+    now = read + 10 * length
+    evidence = evidence_read([])
+
+    def ready(span: Window) -> bool:
+        return evidence.readiness(span, now, lambda: list_local_files(str(tmp_path)), set(),
+                                  None, LATENESS, SETTLE).ready
+
+    ends = [WIN.end + k * length for k in range(1, 6)]
+    assert catchup_window(WIN, ends, ready) == Window(WIN.stream_id, WIN.start, WIN.end + 2 * length)
