@@ -47,9 +47,10 @@ class CdcPlanOperator(CdcWindowOperator):
     window can be read, deferred to :class:`~airflow_cdc.triggers.ready.CdcWindowReadyTrigger`
     (the worker slot is freed) or, with ``deferrable=False``, polling in the task. A wait that
     outlasts ``wait_timeout`` fails the task naming the source's reason; the window stays
-    unplanned and nothing is skipped. A stream's first window also waits for the plan of the
-    interval before it (:func:`~airflow_cdc.pipeline.plan_step.previous_interval_order`). Then the
-    window is planned (:func:`~airflow_cdc.pipeline.plan_step.plan_step`): its partitions (the
+    unplanned and nothing is skipped. A window also waits for the plan of the interval before
+    it when that one is still unplanned
+    (:func:`~airflow_cdc.pipeline.plan_step.previous_interval_order`). Then the window is
+    planned (:func:`~airflow_cdc.pipeline.plan_step.plan_step`): its partitions (the
     stream's first window: the source's initial ones; partitions the source discovered are
     added) and the source's plan options go into the state store and the plan file.
 
@@ -228,7 +229,7 @@ class CdcPlanOperator(CdcWindowOperator):
         return self.execute(context)
 
     def _ordered(self, context, window: Window, status):
-        """``status``, held back while a stream's first window waits for the interval before it."""
+        """``status``, held back while the window waits for the plan of the interval before it."""
         return previous_interval_order(self.state_store(), window, self.task_id,
                                   lambda: previous_run_task(context), status)
 

@@ -116,3 +116,13 @@ def test_under_a_real_clock_a_split_between_window_end_and_plan_does_not_block_t
             asked = status.retry_at
 
     assert status is not None and status.ready, status and status.reason
+
+
+def test_a_window_ending_after_the_tables_clock_is_not_ready_whatever_the_workers_clock(
+        emulator):
+    window = Window(STREAM, START + timedelta(minutes=45), START + timedelta(hours=2))
+
+    status = source_for(emulator).readiness(window, window.end + timedelta(hours=1), [], None)
+
+    assert not status.ready
+    assert "behind" in status.reason

@@ -198,6 +198,12 @@ def _read(client, request: dict, probe: _Probe, window: Window, probe_seconds: f
                     break
     except exceptions.DeadlineExceeded:
         pass
+    except exceptions.OutOfRange:
+        # A read from ``window.end`` refused because that instant is after the table's own
+        # clock: no watermark can be at the end yet, so the partition lags (the window is
+        # not ready), whatever the worker's clock says.
+        if probe.tokens:
+            raise
     finally:
         try:
             if call is not None:
