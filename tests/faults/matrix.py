@@ -152,33 +152,51 @@ def run_world(world, points: list[str], say=print, catchup: int = 1) -> list[Poi
 def common_checks(world, ends: list[datetime], span=None,
                   intervals: list[datetime] | None = None) -> Check:
     """State store, changelog commits and asset events after the windows ending at ``ends``
-    (each ``span`` long: the world's window, or a catch-up window's intervals) and the DAG
-    runs of the intervals ending at ``intervals`` (default: one per window)."""
-    from airflow_cdc.model import Window
+    and the DAG runs of the intervals ending at ``intervals`` (default: one per window).
 
+    With catch-up (``span`` longer than the world's window) the windows are the protocol's
+    choice: a catch-up window reads as many intervals as the source says are ready, up to
+    ``span``. Then every interval must have exactly one record (a window starting at it, or a
+    covered interval), every window must be COMPLETE with exactly one changelog commit.
+    """
     check = Check()
     from airflow_cdc.state import StateStore
 
     span = span or world.window
     store = StateStore(world.env["AIRFLOW_CDC_STATE_URL"])
     try:
-        records = {r.window.end: r for r in store.list_windows(world.stream_id)}
+        windows = store.list_windows(world.stream_id)
+        covered = {c.start for c in store.covered_intervals(world.stream_id)}
     finally:
         store.close()
-    for end in ends:
-        record = records.get(end)
-        if record is None or record.state.value != "COMPLETE":
-            check.failed.append(
-                f"window ending {end.isoformat()} is "
-                f"{'missing' if record is None else record.state.value} in the state store")
-    if len(records) != len(ends):
-        check.failed.append(f"the state store holds {len(records)} windows, not {len(ends)}")
+    records = {r.window.end: r for r in windows}
+    if span == world.window:
+        for end in ends:
+            record = records.get(end)
+            if record is None or record.state.value != "COMPLETE":
+                check.failed.append(
+                    f"window ending {end.isoformat()} is "
+                    f"{'missing' if record is None else record.state.value} in the state store")
+        if len(records) != len(ends):
+            check.failed.append(f"the state store holds {len(records)} windows, not {len(ends)}")
+    else:
+        starts = {r.start for r in windows}
+        for end in intervals or ends:
+            start = end - world.window
+            count = (start in starts) + (start in covered)
+            if count != 1:
+                check.failed.append(f"the interval ending {end.isoformat()} has {count} "
+                                    f"records (windows and covered intervals)")
+        check.failed += [f"window {r.window.window_id} is {r.state.value}" for r in windows
+                         if r.state.value != "COMPLETE"]
     changelog = world.warehouse / "cdc" / f"{world.stream_id}_changelog"
     commits = window_commits(changelog)
-    for end in ends:
-        window_id = Window(world.stream_id, end - span, end).window_id
-        if commits.get(window_id, 0) != 1:
-            target = check.duplicated if commits.get(window_id, 0) > 1 else check.failed
+    # A window proven empty writes no changelog commit (its snapshot id stays None).
+    expected = ({r.window.window_id: int(r.changelog_snapshot_id is not None) for r in windows}
+                if span != world.window else {world.window_id(end): 1 for end in ends})
+    for window_id, wanted in expected.items():
+        if commits.get(window_id, 0) != wanted:
+            target = check.duplicated if commits.get(window_id, 0) > wanted else check.failed
             target.append(f"{commits.get(window_id, 0)} changelog commits of window {window_id}")
     check.merge(changelog_duplicates(changelog))
     check.merge(asset_events(world, intervals or ends))
