@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -76,82 +75,17 @@ def test_an_extract_and_an_apply_into_a_gs_warehouse_keep_every_file_in_the_buck
         gcs_jars, gcs, tmp_path, monkeypatch):
     """Plan and commit here; extract and apply as spark-submit jobs in another folder; the
     warehouse and the work root are both in the bucket, nothing of either on local disk."""
-    from airflow_cdc_emulators.spanner import (
-        COMMIT_TIMESTAMP,
-        COMMIT_TIMESTAMP_SCHEMA,
-        SpannerEmulator,
-        VersionedDatabase,
-        mutations,
-    )
-    from airflow_cdc.model import Window
-    from airflow_cdc.pipeline.protocol import StreamConfig, commit_window, plan_window
-    from airflow_cdc.sources.registry import build_source
-    from airflow_cdc.sources.spanner.reader import SpannerConnection
     from airflow_cdc.spark.iceberg import IcebergCatalog
-    from airflow_cdc.spark.job import iceberg_job_spec
-    from airflow_cdc.spark.runners import LocalSparkRunner
-    from airflow_cdc.state import StateStore
+    from tests.commit_ts_window import run_split_window
 
-    start = datetime(2025, 1, 6, 8, 0, tzinfo=timezone.utc)
-    window = Window("gcs_lake", start, start + timedelta(minutes=10))
-    tables = VersionedDatabase(COMMIT_TIMESTAMP_SCHEMA, created_at=start, now=window.end)
-    for order_id in (1, 2, 3):
-        tables.commit([mutations.insert("Orders", ("OrderId", "CustomerName", "LastUpdateTime"),
-                                        [(order_id, f"o{order_id}", COMMIT_TIMESTAMP)])],
-                      at=start + timedelta(minutes=order_id))
-    airflow_side, spark_side = tmp_path / "airflow-side", tmp_path / "spark-side"
-    airflow_side.mkdir()
-    spark_side.mkdir()
     catalog_db = tmp_path / "catalog.db"
     catalog = IcebergCatalog(name="lake", kind="jdbc", jdbc_url=f"jdbc:sqlite:{catalog_db}",
                              warehouse=f"gs://{BUCKET}/warehouse", storage_emulator_host=gcs)
-    with SpannerEmulator(tables=tables) as emulator:
-        monkeypatch.chdir(airflow_side)
-        store = StateStore(f"sqlite:///{tmp_path / 'state.db'}")
-        store.migrate()
-        config = StreamConfig.for_source("spanner_commit_ts", "gcs_lake", {
-            "connection": {"project": "p", "instance": "i", "database": "shop"},
-            "tables": {"Orders": "LastUpdateTime"},
-            "settings": {"safety_margin_seconds": 0},
-        }, namespace="gcs_lake", work_root=f"gs://{BUCKET}/work")
-        source = build_source(config.source_spec)
-
-        class Databases:  # the plan's view of the database, as the Spanner hook gives it
-            def get_database(self, instance, database, project=None):
-                return SpannerConnection(project="p", instance=instance, database=database,
-                                         emulator_host=emulator.emulator_host).open_database()
-
-            def reseed_requests(self, stream_id):
-                return []
-
-        plan_window(store, config, window, "run", 600, source.initial_positions(window), "lake",
-                    plan_options=lambda kept, positions: source.plan_options(
-                        kept, window.end, Databases(), positions, window=window))
-        folder = config.window_dir(window)
-        work_root.write_text(folder / "source-overrides.json", json.dumps(
-            {"connection": {"emulator_host": emulator.emulator_host}}), private=True)
-        runner = LocalSparkRunner(master="local[1]")
-        env = {"STORAGE_EMULATOR_HOST": gcs}
-        monkeypatch.chdir(spark_side)
-        runner.run(iceberg_job_spec("extract", catalog, [
-            "--plan", str(config.plan_path(window)), "--outcome", str(config.outcome_path(window)),
-            "--result", str(folder / "extract-result.json"),
-            "--source-overrides", str(folder / "source-overrides.json")],
-            name="gcs-lake-extract", env_vars=env))
-        monkeypatch.chdir(airflow_side)
-        extracted = json.loads((folder / "extract-result.json").read_text())
-        store.mark_extracted(window, "run", int(extracted["snapshot_id"]))
-        commit_window(store, config, window, "run")
-        work_root.write_text(folder / "apply-job.json", json.dumps({
-            "catalog": "lake", "stream": "gcs_lake", "window_id": window.window_id,
-            "changelog_table": config.changelog_table, "targets": {"namespace": "gcs_t"},
-            "catalog_conf": catalog.spark_conf()}))
-        monkeypatch.chdir(spark_side)
-        runner.run(iceberg_job_spec("apply_job", catalog, [
-            "--job-config", str(folder / "apply-job.json"),
-            "--result", str(folder / "apply-result.json")], name="gcs-lake-apply",
-            env_vars=env))
-        applied = json.loads((folder / "apply-result.json").read_text())
+    run = run_split_window(tmp_path, monkeypatch, stream="gcs_lake", catalog=catalog,
+                           work_root_uri=f"gs://{BUCKET}/work", target_namespace="gcs_t",
+                           env={"STORAGE_EMULATOR_HOST": gcs})
+    config, applied = run.config, run.applied
+    airflow_side, spark_side = run.airflow_side, run.spark_side
 
     rows = read_table(catalog_db, "gcs_t", "Orders", gcs)
     changelog_namespace, changelog_name = config.changelog_table.split(".")
@@ -159,7 +93,7 @@ def test_an_extract_and_an_apply_into_a_gs_warehouse_keep_every_file_in_the_buck
     warehouse, work = bucket_objects("warehouse"), bucket_objects("work")
     assert sorted((r["OrderId"], r["CustomerName"]) for r in rows) == [(1, "o1"), (2, "o2"), (3, "o3")]
     assert applied["tables"][0]["upserts"] == 3 and len(changelog) == 3
-    for table in (f"warehouse/gcs_t/Orders/", f"warehouse/{changelog_namespace}/{changelog_name}/"):
+    for table in ("warehouse/gcs_t/Orders/", f"warehouse/{changelog_namespace}/{changelog_name}/"):
         assert any(n.startswith(f"{table}data/") and n.endswith(".parquet") for n in warehouse)
         assert any(n.startswith(f"{table}metadata/") and n.endswith(".metadata.json") for n in warehouse)
         assert any(n.startswith(f"{table}metadata/snap-") and n.endswith(".avro") for n in warehouse)
