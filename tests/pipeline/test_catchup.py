@@ -159,3 +159,17 @@ def test_the_catchup_runs_gate_needs_progress_to_the_windows_end_not_its_interva
     status = gate_status(store, interval(0))
 
     assert not status.open and "before the window end 2024-05-01T09:03:00" in status.reason
+
+
+def test_stream_health_counts_the_backlog_in_intervals_of_the_streams_schedule(store):
+    from airflow_cdc.pipeline.stream_health import stream_health
+
+    span = Window("orders", T0, T0 + 3 * MINUTE)
+    store.plan_window(span, "run-0", 600, [PartitionPosition("a", T0)])
+    store.record_covered_interval(interval(1))
+    stream = store.streams()[0]
+
+    health = stream_health(store, stream, span.end + 10 * MINUTE + timedelta(seconds=30))
+
+    assert (health.oldest_unplanned, health.intervals_behind, health.newest_covers) == (
+        span.end, 10, 1)
