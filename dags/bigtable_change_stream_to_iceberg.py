@@ -33,6 +33,9 @@ DEFERRABLE = {"true": True, "false": False}.get(os.environ.get("CDC_DEFERRABLE",
 # own in one window of at most m minutes (unset: one interval per window).
 MAX_CATCHUP = (timedelta(minutes=float(os.environ["CDC_MAX_CATCHUP_MINUTES"]))
                if os.environ.get("CDC_MAX_CATCHUP_MINUTES") else None)
+# CDC_ASSET_PARTITIONS=true: the gate's events carry the run's interval as partition key (for
+# dags/cdc_partition_consumer.py; dags/cdc_asset_consumer.py then gets no runs).
+ASSET_PARTITIONS = os.environ.get("CDC_ASSET_PARTITIONS", "").lower() == "true"
 # Catch-up and overlap: a run that ends after the next interval closed would otherwise make
 # the scheduler skip that interval (the next window then refuses to start after a gap).
 CATCHUP = os.environ.get("CDC_CATCHUP", "").lower() == "true"
@@ -66,4 +69,5 @@ with DAG(
         wait_poke_interval=2,
         deferrable=DEFERRABLE,
         max_catchup=MAX_CATCHUP,
+        asset_partitions=ASSET_PARTITIONS,
     )

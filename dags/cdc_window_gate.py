@@ -9,7 +9,8 @@ partitions that hold it back (or skips it, with ``CDC_GATE_SOFT_FAIL=true``).
 Configured by environment: ``CDC_GATE_STREAM`` (the stream id), ``CDC_GATE_WINDOW_MINUTES``
 (the pipeline's window), ``CDC_GATE_START``, ``CDC_GATE_END``, ``CDC_GATE_TIMEOUT_SECONDS``,
 ``CDC_GATE_POLL_SECONDS``, ``CDC_GATE_SOFT_FAIL``, ``CDC_GATE_DEFERRABLE`` (default true),
-``CDC_GATE_CATCHUP`` (``true``: a run for every interval since the start) and
+``CDC_GATE_CATCHUP`` (``true``: a run for every interval since the start),
+``CDC_GATE_ASSET_PARTITIONS`` (``true``: events keyed by the run's interval) and
 ``CDC_GATE_TABLES`` (the target tables the gate announces as Assets, ``ns.name``).
 """
 
@@ -47,6 +48,7 @@ with DAG(
         timeout=float(os.environ.get("CDC_GATE_TIMEOUT_SECONDS", str(6 * 3600))),
         soft_fail=os.environ.get("CDC_GATE_SOFT_FAIL", "").lower() == "true",
         deferrable=os.environ.get("CDC_GATE_DEFERRABLE", "true").lower() != "false",
+        asset_partitions=os.environ.get("CDC_GATE_ASSET_PARTITIONS", "").lower() == "true",
         outlets=[iceberg_asset(table) for table in TABLES],
     )
 

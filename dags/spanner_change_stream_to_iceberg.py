@@ -52,6 +52,9 @@ COST = {
 # own in one window of at most m minutes (unset: one interval per window).
 MAX_CATCHUP = (timedelta(minutes=float(os.environ["CDC_MAX_CATCHUP_MINUTES"]))
                if os.environ.get("CDC_MAX_CATCHUP_MINUTES") else None)
+# CDC_ASSET_PARTITIONS=true: the gate's events carry the run's interval as partition key (for
+# dags/cdc_partition_consumer.py; dags/cdc_asset_consumer.py then gets no runs).
+ASSET_PARTITIONS = os.environ.get("CDC_ASSET_PARTITIONS", "").lower() == "true"
 # Catch-up and overlap (make live-* and bench/catchup.py): CDC_CATCHUP=true gives every interval
 # since CDC_START a run, CDC_MAX_ACTIVE_RUNS runs that many at once, CDC_END ends the schedule.
 CATCHUP = os.environ.get("CDC_CATCHUP", "").lower() == "true"
@@ -91,6 +94,7 @@ with DAG(
         dataproc=DATAPROC,
         iceberg_conn_id=os.environ.get("CDC_ICEBERG_CONN_ID") or None,
         max_catchup=MAX_CATCHUP,
+        asset_partitions=ASSET_PARTITIONS,
         **COST,
     )
 

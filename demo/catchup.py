@@ -83,6 +83,7 @@ def run(base: Path, stop_minutes: int, log=print) -> dict:
             "CDC_WINDOW_MINUTES": "1",
             "CDC_MAX_ACTIVE_RUNS": "16",
             "CDC_MAX_CATCHUP_MINUTES": "10",
+            "CDC_ASSET_PARTITIONS": "true",
         }, log=log)
         writer = LiveWriter(emulator.client(), emulator.table_name, settings).start(first)
         try:

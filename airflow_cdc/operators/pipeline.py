@@ -103,6 +103,10 @@ class PipelineOptions:
         this limit: a ``timedelta`` (the longest window), an ``int`` (the most intervals one
         window reads) or None (one interval per window). The runs of the intervals it read
         run no Spark job; their gates open with it. See :mod:`airflow_cdc.pipeline.catchup`.
+    :param asset_partitions: the gate's Asset events carry the run's interval as partition
+        key, for downstream DAGs scheduled with ``PartitionedAssetTimetable`` (which then run
+        once per interval); Airflow queues keyed events for those DAGs only, so off by
+        default (see :class:`~airflow_cdc.sensors.gate.CdcWindowCompleteSensor`).
     """
 
     catalog: IcebergCatalog | None = None
@@ -127,6 +131,7 @@ class PipelineOptions:
     empty_window_probe_limit: int = DEFAULT_PROBE_LIMIT
     warm_driver_idle_seconds: float | None = None
     max_catchup: Any = DEFAULT_MAX_CATCHUP
+    asset_partitions: bool = False
 
     def __post_init__(self) -> None:
         CatchupLimit.parse(self.max_catchup)  # a bad limit fails when the DAG is parsed
@@ -221,6 +226,7 @@ def gate_task(stream: StreamConfig, options: PipelineOptions) -> CdcWindowComple
         timeout=options.gate_timeout,
         soft_fail=options.gate_soft_fail,
         deferrable=options.deferrable,
+        asset_partitions=options.asset_partitions,
         outlets=pipeline_assets(
             catalog=options.catalog,
             changelog_table=stream.changelog_table,

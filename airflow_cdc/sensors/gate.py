@@ -18,8 +18,8 @@ Two ways to wait, one rule (:func:`airflow_cdc.pipeline.protocol.gate_status`):
 
 When the gate opens it marks the window COMPLETE, pushes the window summary to XCom
 (``window_summary``), and emits one event per outlet (the pipeline's Iceberg tables) with the
-window as extra and the run's interval as partition key
-(:func:`~airflow_cdc.pipeline.catchup.interval_partition_key`). The gate of an interval an earlier
+window and the run's interval as extra; with ``asset_partitions`` the interval is also the
+event's partition key (:func:`~airflow_cdc.pipeline.catchup.interval_partition_key`). The gate of an interval an earlier
 run's catch-up window read (:mod:`airflow_cdc.pipeline.catchup`) opens when that window is
 COMPLETE and emits its own interval's events, so every interval has one. On Airflow >= 3.3 it also mirrors the low watermark into each outlet's
 ``asset_state_store`` and the window's progress into ``task_state_store``.
@@ -81,6 +81,11 @@ class CdcWindowCompleteSensor(BaseSensorOperator):
     :param deferrable: wait in the triggerer (:class:`~airflow_cdc.triggers.gate.
         CdcWindowCompleteTrigger`) instead of a worker slot; default ``[operators]
         default_deferrable``.
+    :param asset_partitions: emit the events with the run's interval as partition key
+        (:func:`~airflow_cdc.pipeline.catchup.interval_partition_key`), for consumers
+        scheduled with ``PartitionedAssetTimetable``. Airflow (3.2 and later) queues a keyed
+        event only for partition-aware DAGs and an unkeyed one only for the others, so this
+        is a choice per pipeline; default off (the events schedule ``schedule=[asset]`` DAGs).
 
     ``poke_interval`` (default 30 s), ``timeout`` (default six hours), ``soft_fail`` and the
     other arguments are ``BaseSensorOperator``'s.
@@ -96,6 +101,7 @@ class CdcWindowCompleteSensor(BaseSensorOperator):
         source: str | None = None,
         cdc_state_conn_id: str = DEFAULT_CONN_ID,
         deferrable: bool | None = None,
+        asset_partitions: bool = False,
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("poke_interval", 30)
@@ -105,6 +111,7 @@ class CdcWindowCompleteSensor(BaseSensorOperator):
         self.stream_id = stream_id
         self.cdc_state_conn_id = cdc_state_conn_id
         self.deferrable = default_deferrable() if deferrable is None else bool(deferrable)
+        self.asset_partitions = bool(asset_partitions)
         self._last_reason: str | None = None
 
     # --- poke mode ----------------------------------------------------------------------------
@@ -242,12 +249,14 @@ class CdcWindowCompleteSensor(BaseSensorOperator):
             if outlet_events is not None:
                 event = outlet_events[asset]
                 event.extra = dict(extra)
-                if hasattr(event, "add_partitions"):  # Airflow >= 3.2: partitioned events
+                if self.asset_partitions and hasattr(event, "add_partitions"):  # Airflow >= 3.2
                     event.add_partitions(key)
         mirror_task_progress(context, "gate", {**summary, "deferred_polls": polls})
         mirror_asset_watermark(context, self.asset_outlets, summary, log=self.log)
-        self.log.info("interval %s is complete (window %s): %s", interval.window_id,
-                      record.window.window_id, note)
+        if run.covered:
+            self.log.info("interval %s is complete: %s", interval.window_id, note)
+        else:
+            self.log.info("window %s is complete: %s", record.window.window_id, note)
         crash_point("gate.after_asset_event")
         return summary
 

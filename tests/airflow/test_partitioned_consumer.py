@@ -49,6 +49,7 @@ class Deployment(AirflowServices):
             "CDC_GATE_START": T0.isoformat(),
             "CDC_GATE_END": SPAN.end.isoformat(),
             "CDC_GATE_CATCHUP": "true",
+            "CDC_GATE_ASSET_PARTITIONS": "true",
             "CDC_GATE_POLL_SECONDS": "1",
             "CDC_GATE_TABLES": "current.orders",
             "CDC_CONSUMER_TABLE": "current.orders",

@@ -50,6 +50,7 @@ def replay(airflow_db, tmp_path_factory):
         "CDC_SPANNER_TABLES": ",".join(TABLES),
         "CDC_DEFERRABLE": "false",
         "CDC_MAX_CATCHUP_MINUTES": "30",
+        "CDC_ASSET_PARTITIONS": "true",
     })
     try:
         with SpannerChangeStreamEmulator(history, now=ENDS[-1]) as emulator:
