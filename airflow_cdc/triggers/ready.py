@@ -21,6 +21,10 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+# The trigger's first question comes this long after the deferral (or one poll interval, if
+# shorter); see CdcWindowReadyTrigger.run.
+FIRST_ASK_AFTER_SECONDS = 5.0
+
 
 class SourceWindowProbe:
     """Step 0 for any source: may the window be planned now?
@@ -135,6 +139,11 @@ class CdcWindowReadyTrigger(BaseTrigger):
         except Exception as error:  # noqa: BLE001 - the operator turns it into a failure
             yield TriggerEvent({"status": "error", "message": f"{type(error).__name__}: {error}"})
             return
+        # The task asked just before it deferred. An answer that turns ready within moments
+        # (an earlier interval's plan finishing, a catch-up window being recorded) would fire
+        # the trigger before Airflow handled the deferral, and the scheduler then fails the
+        # resumed task on the deferral's stale event (apache/airflow#72716).
+        await asyncio.sleep(min(self.poll_interval, FIRST_ASK_AFTER_SECONDS))
         while True:
             polls += 1
             now = datetime.now(timezone.utc)
