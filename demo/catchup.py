@@ -33,7 +33,14 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from demo.live import LiveAirflow, LiveSchedule, gate_bound_seconds, recreate
-from demo.live_bigtable import DAG_FILE, EVIDENCE_DELAY_SECONDS, LiveSettings, LiveWriter
+from demo.live_bigtable import (
+    DAG_FILE,
+    EVIDENCE_DELAY_SECONDS,
+    LiveSettings,
+    LiveWriter,
+    dag_env,
+    stream_id_of,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DAG_ID = Path(DAG_FILE).stem
@@ -71,16 +78,11 @@ def run(base: Path, stop_minutes: int, log=print) -> dict:
     bound = gate_bound_seconds(settings.window_seconds, EVIDENCE_DELAY_SECONDS)
     schedule = LiveSchedule.starting_after(created, settings.window_seconds, 1, bound)
     first = schedule.first
-    stream_id = "".join(c if c.isalnum() else "_" for c in history.table_id).lower()
+    stream_id = stream_id_of(history)
     outcome: dict = {"ok": False, "mismatches": None}
     with BigtableEmulator(history) as emulator:
         airflow = LiveAirflow("demo-catchup", base, DAG_FILE, schedule, {
-            "BIGTABLE_EMULATOR_HOST": emulator.emulator_host,
-            "CDC_BIGTABLE_PROJECT": history.config.project,
-            "CDC_BIGTABLE_INSTANCE": history.config.instance,
-            "CDC_BIGTABLE_TABLE": history.table_id,
-            "CDC_BIGTABLE_APP_PROFILE": "default",
-            "CDC_WINDOW_MINUTES": "1",
+            **dag_env(emulator, history, 1),
             "CDC_MAX_ACTIVE_RUNS": "16",
             "CDC_MAX_CATCHUP_MINUTES": "10",
             "CDC_ASSET_PARTITIONS": "true",

@@ -221,6 +221,23 @@ class LiveWriter:
 
 
 # --- the run ---------------------------------------------------------------------------------
+def stream_id_of(history) -> str:
+    """The stream id the Bigtable DAG gives the emulator's table."""
+    return "".join(c if c.isalnum() else "_" for c in history.table_id).lower()
+
+
+def dag_env(emulator, history, window_minutes: int) -> dict[str, str]:
+    """The Bigtable DAG's environment for the emulator's table."""
+    return {
+        "BIGTABLE_EMULATOR_HOST": emulator.emulator_host,
+        "CDC_BIGTABLE_PROJECT": history.config.project,
+        "CDC_BIGTABLE_INSTANCE": history.config.instance,
+        "CDC_BIGTABLE_TABLE": history.table_id,
+        "CDC_BIGTABLE_APP_PROFILE": "default",
+        "CDC_WINDOW_MINUTES": str(window_minutes),
+    }
+
+
 def run_live(settings: LiveSettings, base: Path, log=print) -> WriterLiveResult:
     from demo.bigtable import compare
     from airflow_cdc_emulators.bigtable import BigtableEmulator, BigtableHistory
@@ -236,19 +253,13 @@ def run_live(settings: LiveSettings, base: Path, log=print) -> WriterLiveResult:
                                            settings.gate_bound_seconds)
     first, last_end = schedule.first, schedule.last_end
     result = WriterLiveResult(last_end=last_end)
-    stream_id = "".join(c if c.isalnum() else "_" for c in history.table_id).lower()
+    stream_id = stream_id_of(history)
     log(f"live-bigtable: table {history.table_name} created {created.isoformat()}; windows of "
         f"{settings.window_seconds}s from {first.isoformat()} to {last_end.isoformat()}; gate "
         f"bound {settings.gate_bound_seconds:.0f}s after each window end")
     with BigtableEmulator(history) as emulator:
-        airflow = LiveAirflow("live-bigtable", base, DAG_FILE, schedule, {
-            "BIGTABLE_EMULATOR_HOST": emulator.emulator_host,
-            "CDC_BIGTABLE_PROJECT": history.config.project,
-            "CDC_BIGTABLE_INSTANCE": history.config.instance,
-            "CDC_BIGTABLE_TABLE": history.table_id,
-            "CDC_BIGTABLE_APP_PROFILE": "default",
-            "CDC_WINDOW_MINUTES": str(settings.window_minutes),
-        }, log=log)
+        airflow = LiveAirflow("live-bigtable", base, DAG_FILE, schedule,
+                              dag_env(emulator, history, settings.window_minutes), log=log)
         writer = LiveWriter(emulator.client(), emulator.table_name, settings).start(first)
         try:
             with airflow:
