@@ -44,6 +44,8 @@ FLUSH_LATENESS = float(os.environ.get("CDC_DEBEZIUM_FLUSH_LATENESS_SECONDS", "60
 SIGNAL_TABLE = os.environ.get("CDC_DEBEZIUM_SIGNAL_TABLE") or None
 NOTIFICATION_TOPIC = os.environ.get("CDC_DEBEZIUM_NOTIFICATION_TOPIC") or None
 CATCHUP = os.environ.get("CDC_CATCHUP", "").lower() == "true"
+# CDC_END: the last interval's start (bench/catchup.py drains a backlog that ends there).
+END = datetime.fromisoformat(os.environ["CDC_END"]) if os.environ.get("CDC_END") else None
 MAX_ACTIVE_RUNS = int(os.environ.get("CDC_MAX_ACTIVE_RUNS", "1"))
 WAIT_POKE_SECONDS = float(os.environ.get("CDC_WAIT_POKE_SECONDS", "15"))
 GATE_POKE_SECONDS = float(os.environ.get("CDC_GATE_POKE_SECONDS", "5"))
@@ -83,6 +85,7 @@ with DAG(
         else CronDataIntervalTimetable(f"*/{WINDOW_MINUTES} * * * *", timezone="UTC")
     ),
     start_date=START.astimezone(timezone.utc),
+    end_date=END,
     catchup=CATCHUP,
     max_active_runs=MAX_ACTIVE_RUNS,
     tags=["cdc", "debezium", "iceberg"],
