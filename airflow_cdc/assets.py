@@ -7,10 +7,17 @@ namespace ``gs://bucket`` and name ``wh/<namespace>/<table>``. So the lineage th
 report joins the lineage Spark itself emits for the same run.
 
 A table's Airflow Asset is named ``<catalog>.<namespace>.<table>`` with the URI
-``iceberg://<catalog>/<namespace>/<table>``: the catalog, not the warehouse path, identifies
+``x-iceberg://<catalog>/<namespace>/<table>``: the catalog, not the warehouse path, identifies
 it, so every process (DAG processor, workers, other deployments) derives the same Asset
 whatever its local warehouse setting (Airflow deactivates two Assets that share a name but
-not a URI). Consumers build it with :func:`iceberg_asset`. OpenLineage classes are imported only inside the functions that
+not a URI). Consumers build it with :func:`iceberg_asset`.
+
+The scheme carries Airflow's ``x-`` prefix, the mark of a scheme no provider defines: Airflow
+then takes the URI as it is. For any other scheme it looks for a provider's normaliser, and
+the first lookup in a process imports every installed provider's URI handlers (the Google
+provider's pulls in the GCS client and gRPC). Each task process parses its DAG file, so that
+lookup would cost every task of every pipeline DAG that import, for an answer that is always
+"none" (see ``docs/performance.md``). OpenLineage classes are imported only inside the functions that
 build facets: parsing a DAG never imports the OpenLineage client.
 """
 
@@ -23,6 +30,7 @@ from airflow_cdc.model import validate_identifier
 from airflow_cdc.spark.iceberg import IcebergCatalog
 
 ASSET_GROUP = "iceberg"
+ASSET_SCHEME = "x-iceberg"
 
 
 def split_table(table: str, default_namespace: str) -> tuple[str, str]:
@@ -57,7 +65,7 @@ def iceberg_asset(table: str, catalog: IcebergCatalog | None = None, namespace: 
     ns, name = split_table(table, namespace)
     return Asset(
         name=f"{catalog.name}.{ns}.{name}",
-        uri=f"iceberg://{catalog.name}/{ns}/{name}",
+        uri=f"{ASSET_SCHEME}://{catalog.name}/{ns}/{name}",
         group=ASSET_GROUP,
     )
 

@@ -103,12 +103,31 @@ def test_apply_lineage_reads_the_changelog_and_writes_the_applied_targets():
     assert [d.name for d in lineage.outputs] == ["wh/current/Orders", "wh/crm/customers"]
 
 
+def test_parsing_a_pipeline_dag_imports_no_providers_asset_uri_handlers():
+    """Every task process parses its DAG file. An Asset URI whose scheme lacks the ``x-`` mark
+    makes Airflow import every installed provider's URI handlers (the Google one pulls in the
+    GCS client and gRPC) in each of them."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    dag_file = Path(__file__).resolve().parents[1] / "dags" / "spanner_change_stream_to_iceberg.py"
+    watched = ("airflow.providers.google.assets.gcs", "google.cloud.storage", "grpc")
+    code = ("import runpy, sys; runpy.run_path(sys.argv[1]); "
+            f"print('imported:', [m for m in {watched!r} if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code, str(dag_file)], capture_output=True,
+                          text=True, timeout=300)
+
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "imported: []"
+
+
 def test_gate_outlets_are_the_changelog_and_target_assets_named_by_catalog():
     gate = lineage_pipeline().get_task("g.gate")
     assert [(a.name, a.uri) for a in gate.outlets] == [
-        ("lake.cdc.orders_changelog", "iceberg://lake/cdc/orders_changelog"),
-        ("lake.current.Orders", "iceberg://lake/current/Orders"),
-        ("lake.crm.customers", "iceberg://lake/crm/customers"),
+        ("lake.cdc.orders_changelog", "x-iceberg://lake/cdc/orders_changelog"),
+        ("lake.current.Orders", "x-iceberg://lake/current/Orders"),
+        ("lake.crm.customers", "x-iceberg://lake/crm/customers"),
     ]
 
 

@@ -204,6 +204,7 @@ def _stream_routes(app: FastAPI, stores: StateStores) -> None:
             window_health,
         )
         from airflow_cdc.plugins.payload import (
+            covered_by_window,
             partition_payload,
             stream_payload,
             window_payload,
@@ -217,11 +218,13 @@ def _stream_routes(app: FastAPI, stores: StateStores) -> None:
                               open_first=before is None, source_kind=stream.source_kind)
         rows = partition_health(store, stream_id, now, partitions, health.behind,
                                 stall_seconds())
+        covered = covered_by_window(store.covered_intervals(
+            stream_id, window_starts=[w.record.start for w in shown]))
         return {
             "state_store": store.url,
             "now": now.isoformat(),
             "stream": stream_payload(health, now),
-            "windows": [window_payload(w, now) for w in shown],
+            "windows": [window_payload(w, now, covered.get(w.record.start, ())) for w in shown],
             "more_windows": len(shown) == windows and health.windows > len(shown),
             "partitions": [partition_payload(p) for p in rows],
             "more_partitions": max(0, health.live_partitions - len(rows)),

@@ -75,10 +75,22 @@ def stream_payload(health, now: datetime) -> dict:
     }
 
 
-def window_payload(window, now: datetime) -> dict:
-    """A row of a stream's windows table."""
+def covered_by_window(covered) -> dict[datetime, list]:
+    """Covered-interval records grouped by the start of the window that read them."""
+    grouped: dict[datetime, list] = {}
+    for interval in covered:
+        grouped.setdefault(interval.window_start, []).append(interval)
+    return grouped
+
+
+def window_payload(window, now: datetime, covered=()) -> dict:
+    """A row of a stream's windows table. ``covered``: the intervals of later DAG runs this
+    (catch-up) window read, as their runs recorded them (a run not yet past its plan has no
+    record yet)."""
     record = window.record
     return {
+        "covered_intervals": [{"start": _ts(c.start), "end": _ts(c.end),
+                               "recorded_at": _ts(c.recorded_at)} for c in covered],
         **window_brief(record),
         "attempt": record.attempt,
         "changes": window.changes,

@@ -14,6 +14,7 @@ rules, checked under the stream's lock:
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 
 from sqlalchemy import insert, select
@@ -87,9 +88,11 @@ def get(conn: Connection, stream_id: str, start: datetime) -> CoveredIntervalRec
 
 
 def of_stream(
-    conn: Connection, stream_id: str, window_start: datetime | None = None
+    conn: Connection, stream_id: str, window_start: datetime | None = None,
+    window_starts: Collection[datetime] | None = None,
 ) -> list[CoveredIntervalRecord]:
-    """The stream's covered intervals in time order (only those of one window, if named)."""
+    """The stream's covered intervals in time order (only those of one window, or of the
+    windows starting at ``window_starts``, if named)."""
     query = select(covered_intervals, windows.c.window_end).join(
         windows,
         (windows.c.stream_id == covered_intervals.c.stream_id)
@@ -97,6 +100,8 @@ def of_stream(
     ).where(covered_intervals.c.stream_id == stream_id)
     if window_start is not None:
         query = query.where(covered_intervals.c.window_start == window_start)
+    if window_starts is not None:
+        query = query.where(covered_intervals.c.window_start.in_(list(window_starts)))
     rows = conn.execute(query.order_by(covered_intervals.c.interval_start))
     return [_from_joined(row) for row in rows]
 

@@ -10,7 +10,7 @@ guarded UPDATE, is stated once in :mod:`.transitions`; a commit's outcomes are r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -339,14 +339,18 @@ class StateStore:
             return coverage.get(conn, stream_id, start)
 
     def covered_intervals(
-        self, stream_id: str, window_start: datetime | None = None
+        self, stream_id: str, window_start: datetime | None = None,
+        window_starts: Collection[datetime] | None = None,
     ) -> list[CoveredIntervalRecord]:
-        """The stream's covered intervals in time order; only one window's, if named."""
+        """The stream's covered intervals in time order; only one window's, or those of the
+        windows starting at ``window_starts`` (the CDC view's shown windows), if named."""
         validate_identifier("stream id", stream_id)
         if window_start is not None:
             window_start = ensure_utc("window start", window_start)
+        if window_starts is not None:
+            window_starts = [ensure_utc("window start", start) for start in window_starts]
         with self._read() as conn:
-            return coverage.of_stream(conn, stream_id, window_start)
+            return coverage.of_stream(conn, stream_id, window_start, window_starts)
 
     def window_state_counts(self, stream_id: str) -> dict[WindowState, int]:
         """How many windows the stream has in each state."""

@@ -74,7 +74,7 @@ def poke(tmp_path):
 
     from airflow_cdc.sensors.gate import CdcWindowCompleteSensor
 
-    asset = Asset("iceberg://lake/cdc/shop_changelog")
+    asset = Asset("x-iceberg://lake/cdc/shop_changelog")
     sensor = CdcWindowCompleteSensor(task_id="gate", stream_id="shop", source="datastream",
                                      outlets=[asset])
     outlet_events = defaultdict(lambda: SimpleNamespace(extra={}))

@@ -111,10 +111,19 @@ function stepsCell(stepSeconds) {
   return el("span", { class: "steps", title: text }, bar, el("span", { class: "dim", text: seconds(total) }));
 }
 
+// A catch-up window read the intervals of later DAG runs: how many recorded it, each listed
+// in the tooltip with the instant its run recorded it.
+function coveredNote(covered) {
+  if (!covered || !covered.length) return null;
+  const list = covered.map((c) => `${shortTs(c.start, c.end)} recorded ${ts(c.recorded_at)}`).join("\n");
+  return el("div", { class: "dim covered", title: list,
+    text: `catch-up: covers ${covered.length} interval${covered.length === 1 ? "" : "s"}` });
+}
+
 function windowRow(w) {
   const reason = w.state === "FAILED" ? w.failure_reason : w.gate_reason;
   return el("tr", { "data-window": w.start },
-    el("td", { class: "ts", text: shortTs(w.start, w.end) }),
+    el("td", { class: "ts" }, shortTs(w.start, w.end), coveredNote(w.covered_intervals)),
     el("td", {}, el("span", { class: `pill ${w.state}`, text: w.state }),
       w.attempt > 1 ? el("span", { class: "dim", text: ` try ${w.attempt}` }) : null),
     el("td", { class: "num", text: w.changes ?? "–" }),
