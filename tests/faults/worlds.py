@@ -179,11 +179,12 @@ class BigtableWorld(World):
     name = "bigtable_change_stream"
     dag_id = "bigtable_change_stream_to_iceberg"
     window = timedelta(minutes=30)
+    history_config: dict = {"seed": 7, "hours": 5.0}  # generate_history's arguments
 
     def __enter__(self):
         from airflow_cdc_emulators.bigtable import BigtableEmulator, generate_history
 
-        self.history = generate_history(seed=7, hours=5.0)
+        self.history = generate_history(**self.history_config)
         self.start = self.history.start
         self.emulator = BigtableEmulator(self.history).__enter__()
         self.stream_id = self.history.config.table_id
