@@ -120,15 +120,10 @@ class SpannerBacklog:
                 "CDC_SPANNER_TABLES": ",".join(self.tables)}
 
     def mismatches(self, warehouse: Path) -> int:
-        from demo.compare import compare_table, read_iceberg_rows
+        from demo.compare import compare_spanner_history
 
-        truth = self.history.state_at(self.end - timedelta(microseconds=1))
-        count = 0
-        for table in self.history.tables:
-            rows = read_iceberg_rows(warehouse / "current" / table.name)
-            result = compare_table(table, truth[table.name], rows)
-            count += result.mismatches + abs(result.expected_rows - result.target_rows)
-        return count
+        return sum(result.mismatches + abs(result.expected_rows - result.target_rows)
+                   for result in compare_spanner_history(self.history, warehouse, self.end))
 
     def stop(self) -> None:
         if self.emulator is not None:
@@ -167,12 +162,8 @@ class DebeziumBacklog:
 
         self.base.mkdir(parents=True, exist_ok=True)
         live.recreate_database(self.settings)
-        self.capture = live.CaptureProcess(self.base, self.settings)
-        config = json.loads(self.capture.config_file.read_text())
-        config["rotate_interval_ms"] = self.rotate_interval_ms
-        config["connector"]["topic.prefix"] = self.topic_prefix
-        self.capture.config_file.write_text(json.dumps(config, indent=2))
-        self.capture.start()
+        self.capture = live.CaptureProcess(self.base, self.settings, self.topic_prefix,
+                                           self.rotate_interval_ms).start()
         self.writer = live.LiveWriter(self.settings)
         writes_from = max(self.end - self.accrue, datetime.now(timezone.utc))
         freeze = self.end - live.FREEZE_BEFORE_END

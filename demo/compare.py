@@ -121,3 +121,15 @@ def compare_table(table, truth_rows: dict, target_rows: list[dict]) -> TableComp
             }
             result.different.append((key, diff))
     return result
+
+
+def compare_spanner_history(history, warehouse: Path, end) -> list[TableComparison]:
+    """Each table of a Spanner emulator ``history`` compared with its target in the
+    ``current`` namespace of ``warehouse``, as it truly was just before ``end`` (the end of
+    the last window applied)."""
+    from datetime import timedelta
+
+    truth = history.state_at(end - timedelta(microseconds=1))
+    return [compare_table(table, truth[table.name],
+                          read_iceberg_rows(warehouse / "current" / table.name))
+            for table in history.tables]

@@ -186,13 +186,16 @@ def _balance(rng: random.Random) -> Decimal | None:
 class CaptureProcess:
     """``airflow-cdc capture debezium`` into ``<base>/sink``, output in ``<base>/capture.log``."""
 
-    def __init__(self, base: Path, settings: LiveSettings) -> None:
+    def __init__(self, base: Path, settings: LiveSettings, topic_prefix: str = TOPIC_PREFIX,
+                 rotate_interval_ms: int = 2000) -> None:
+        self.topic_prefix = topic_prefix
         self.sink = base / "sink"
         self.config_file = base / "capture.json"
         self.log_file = base / "capture.log"
         self.config_file.write_text(json.dumps({
             "output": str(self.sink),
-            "rotate_interval_ms": 2000,  # well inside the flush lateness (fewer, larger files)
+            # Well inside the flush lateness (fewer, larger files).
+            "rotate_interval_ms": rotate_interval_ms,
             "connector": {
                 "name": "cdc-live-dbz",
                 "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
@@ -201,7 +204,7 @@ class CaptureProcess:
                 "database.port": 5432,
                 "database.user": "postgres",
                 "database.dbname": settings.database,
-                "topic.prefix": TOPIC_PREFIX,
+                "topic.prefix": topic_prefix,
                 "table.include.list": ",".join(f"public.{t}" for t in TABLES),
                 "slot.name": settings.slot,
                 "publication.name": f"{settings.database}_pub",
@@ -240,8 +243,8 @@ class CaptureProcess:
         """Whether the snapshot is in the sink and heartbeats arrive (the stream runs)."""
         topics = self.sink / "topics"
         return all(any((topics / name).glob("partition=*/*.json")) for name in (
-            f"__debezium-heartbeat.{TOPIC_PREFIX}",
-            *(f"{TOPIC_PREFIX}.public.{t}" for t in TABLES)))
+            f"__debezium-heartbeat.{self.topic_prefix}",
+            *(f"{self.topic_prefix}.public.{t}" for t in TABLES)))
 
     def wait_streaming(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

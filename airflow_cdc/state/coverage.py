@@ -88,18 +88,15 @@ def get(conn: Connection, stream_id: str, start: datetime) -> CoveredIntervalRec
 
 
 def of_stream(
-    conn: Connection, stream_id: str, window_start: datetime | None = None,
-    window_starts: Collection[datetime] | None = None,
+    conn: Connection, stream_id: str, window_starts: Collection[datetime] | None = None,
 ) -> list[CoveredIntervalRecord]:
-    """The stream's covered intervals in time order (only those of one window, or of the
-    windows starting at ``window_starts``, if named)."""
+    """The stream's covered intervals in time order (only those of the windows starting at
+    ``window_starts``, if named)."""
     query = select(covered_intervals, windows.c.window_end).join(
         windows,
         (windows.c.stream_id == covered_intervals.c.stream_id)
         & (windows.c.window_start == covered_intervals.c.window_start),
     ).where(covered_intervals.c.stream_id == stream_id)
-    if window_start is not None:
-        query = query.where(covered_intervals.c.window_start == window_start)
     if window_starts is not None:
         query = query.where(covered_intervals.c.window_start.in_(list(window_starts)))
     rows = conn.execute(query.order_by(covered_intervals.c.interval_start))

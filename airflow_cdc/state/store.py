@@ -346,11 +346,11 @@ class StateStore:
         windows starting at ``window_starts`` (the CDC view's shown windows), if named."""
         validate_identifier("stream id", stream_id)
         if window_start is not None:
-            window_start = ensure_utc("window start", window_start)
+            window_starts = [window_start]
         if window_starts is not None:
             window_starts = [ensure_utc("window start", start) for start in window_starts]
         with self._read() as conn:
-            return coverage.of_stream(conn, stream_id, window_start, window_starts)
+            return coverage.of_stream(conn, stream_id, window_starts)
 
     def window_state_counts(self, stream_id: str) -> dict[WindowState, int]:
         """How many windows the stream has in each state."""

@@ -107,11 +107,8 @@ def test_every_other_interval_is_recorded_as_covered_by_that_window(backfill):
 
 
 def test_the_targets_equal_the_true_state_at_the_range_end(backfill):
-    from demo.compare import compare_table, read_iceberg_rows
+    from demo.compare import compare_spanner_history
 
-    history = backfill["history"]
-    truth = history.state_at(backfill["end"] - timedelta(microseconds=1))
-    for table in history.tables:
-        rows = read_iceberg_rows(backfill["base"] / "warehouse" / "current" / table.name)
-        result = compare_table(table, truth[table.name], rows)
-        assert (result.mismatches, result.expected_rows) == (0, result.target_rows), table.name
+    for result in compare_spanner_history(backfill["history"], backfill["base"] / "warehouse",
+                                          backfill["end"]):
+        assert (result.mismatches, result.expected_rows) == (0, result.target_rows), result.table

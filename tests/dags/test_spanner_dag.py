@@ -137,14 +137,10 @@ def test_every_window_run_succeeds(replay):
 
 
 def test_targets_equal_the_true_state_at_the_last_window_end(replay):
-    from demo.compare import compare_table, read_iceberg_rows
+    from demo.compare import compare_spanner_history
 
-    history = replay["history"]
-    truth = history.state_at(replay["ends"][-1] - timedelta(microseconds=1))
-    for table in history.tables:
-        rows = read_iceberg_rows(replay["base"] / "warehouse" / "current" / table.name)
-        result = compare_table(table, truth[table.name], rows)
-        assert (result.target_rows, result.mismatches) == (result.expected_rows, 0), table.name
+    for result in compare_spanner_history(replay["history"], replay["base"] / "warehouse", replay["ends"][-1]):
+        assert (result.target_rows, result.mismatches) == (result.expected_rows, 0), result.table
 
 
 def test_every_window_is_complete_with_its_low_watermark_at_its_end(replay):

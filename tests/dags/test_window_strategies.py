@@ -146,14 +146,10 @@ def test_the_apply_task_records_the_target_snapshots_the_extract_job_committed(r
 
 
 def test_targets_equal_the_true_state_after_the_empty_window(replay):
-    from demo.compare import compare_table, read_iceberg_rows
+    from demo.compare import compare_spanner_history
 
-    history = replay["history"]
-    truth = history.state_at(ENDS[-1] - timedelta(microseconds=1))
-    for table in history.tables:
-        rows = read_iceberg_rows(replay["base"] / "warehouse" / "current" / table.name)
-        result = compare_table(table, truth[table.name], rows)
-        assert (result.target_rows, result.mismatches) == (result.expected_rows, 0), table.name
+    for result in compare_spanner_history(replay["history"], replay["base"] / "warehouse", ENDS[-1]):
+        assert (result.target_rows, result.mismatches) == (result.expected_rows, 0), result.table
 
 
 def test_rerunning_the_empty_window_changes_nothing_and_starts_no_spark_job(replay):
